@@ -1,0 +1,153 @@
+"""Load and validate course.yaml, the single source of course facts.
+
+Everything the build and the grader need to know about milestones (files, dependencies, points,
+forbidden APIs, time limits) comes from here. A bad file fails loudly, naming the key.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE_FILE = ROOT / "course.yaml"
+
+
+class ConfigError(ValueError):
+    """course.yaml is missing, malformed, or holds a value of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class Milestone:
+    id: str
+    folder: str
+    title: str
+    files: tuple[str, ...]
+    depends_on: tuple[str, ...]
+    probe_timeout: float
+    total_timeout: float
+    forbidden: dict[str, tuple[str, ...]]   # function name or "all" -> fnmatch patterns
+    checks: dict[str, int]                  # group name -> points, in report order
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Module names students edit ("attention" for attention.py)."""
+        return tuple(Path(f).stem for f in self.files)
+
+    @property
+    def max_score(self) -> int:
+        return sum(self.checks.values())
+
+    def forbidden_for(self, function: str) -> tuple[str, ...]:
+        return self.forbidden.get("all", ()) + self.forbidden.get(function, ())
+
+
+@dataclass(frozen=True)
+class Course:
+    title: str
+    seed: int
+    startup_timeout: float
+    milestones: tuple[Milestone, ...]
+    root: Path
+
+    def milestone(self, mid: str) -> Milestone:
+        for m in self.milestones:
+            if m.id == mid:
+                return m
+        known = ", ".join(m.id for m in self.milestones)
+        raise ConfigError(f"unknown milestone {mid!r}; course.yaml defines: {known}")
+
+    def dependencies(self, m: Milestone) -> list[Milestone]:
+        """Every earlier milestone m imports, directly or through another, in course order."""
+        wanted: set[str] = set()
+        todo = list(m.depends_on)
+        while todo:
+            d = todo.pop()
+            if d not in wanted:
+                wanted.add(d)
+                todo.extend(self.milestone(d).depends_on)
+        return [x for x in self.milestones if x.id in wanted]
+
+
+def _get(mapping: dict, key: str, kind, where: str):
+    if not isinstance(mapping, dict) or key not in mapping:
+        raise ConfigError(f"{where}: missing key {key!r}")
+    value = mapping[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        name = getattr(kind, "__name__", str(kind))
+        raise ConfigError(f"{where}.{key}: expected {name}, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def _str_list(value, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def _milestone(raw, index: int, earlier: list[str]) -> Milestone:
+    where = f"milestones[{index}]"
+    mid = _get(raw, "id", str, where)
+    where = f"milestones[{index}] ({mid})"
+    if not re.fullmatch(r"m\d+", mid):
+        raise ConfigError(f"{where}.id: expected 'm' followed by a number, got {mid!r}")
+    folder = _get(raw, "folder", str, where)
+    if not re.fullmatch(r"[A-Za-z0-9_]+", folder):
+        raise ConfigError(f"{where}.folder: expected letters, digits and '_', got {folder!r}")
+    files = _str_list(_get(raw, "files", list, where), f"{where}.files")
+    for f in files:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.py", f):
+            raise ConfigError(f"{where}.files: expected plain module file names like 'attention.py', got {f!r}")
+    deps = _str_list(raw.get("depends_on", []) or [], f"{where}.depends_on")
+    for d in deps:
+        if d not in earlier:
+            raise ConfigError(f"{where}.depends_on: {d!r} is not an earlier milestone (earlier: {earlier})")
+    limits = _get(raw, "time_limits", dict, where)
+    probe = _get(limits, "probe", float, f"{where}.time_limits")
+    total = _get(limits, "total", float, f"{where}.time_limits")
+    if not 0 < probe <= total:
+        raise ConfigError(f"{where}.time_limits: expected 0 < probe <= total, got probe={probe}, total={total}")
+    forbidden_raw = raw.get("forbidden", {}) or {}
+    if not isinstance(forbidden_raw, dict):
+        raise ConfigError(f"{where}.forbidden: expected a mapping of function name to patterns")
+    forbidden = {k: _str_list(v, f"{where}.forbidden.{k}") for k, v in forbidden_raw.items()}
+    checks_raw = _get(raw, "checks", dict, where)
+    if not checks_raw:
+        raise ConfigError(f"{where}.checks: expected at least one check group")
+    checks = {}
+    for name, pts in checks_raw.items():
+        if not isinstance(pts, int) or isinstance(pts, bool) or pts <= 0:
+            raise ConfigError(f"{where}.checks.{name}: expected a positive whole number of points, got {pts!r}")
+        checks[str(name)] = pts
+    title = raw.get("title", mid)
+    return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks)
+
+
+def load(path: Path | str = COURSE_FILE) -> Course:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    title = _get(raw, "title", str, "course")
+    grading = _get(raw, "grading", dict, "course")
+    seed = _get(grading, "seed", int, "grading")
+    startup = _get(grading, "startup_timeout", float, "grading")
+    items = _get(raw, "milestones", list, "course")
+    milestones: list[Milestone] = []
+    for i, item in enumerate(items):
+        m = _milestone(item, i, [x.id for x in milestones])
+        if any(x.id == m.id or x.folder == m.folder for x in milestones):
+            raise ConfigError(f"milestones[{i}]: duplicate id or folder ({m.id}, {m.folder})")
+        milestones.append(m)
+    if not milestones:
+        raise ConfigError("course.milestones: expected at least one milestone")
+    return Course(title, seed, startup, tuple(milestones), path.resolve().parent)

@@ -1,0 +1,297 @@
+"""The worker: the only process that runs student code.
+
+It is started as `python -I -c <this file's source> <folder>...`, so it imports nothing from the
+grader package and a student file can never shadow grader code. It reads requests (frames, see
+protocol.py) on stdin, runs the student's function, and writes plain tensors back on a private copy
+of stdout. The student's own prints go to stderr, which the judge drains and keeps a tail of.
+
+Requests:
+  {"op": "call", "module", "func", "args", "kwargs", "seed", "record", "grad_args", "backward", "return_args"}
+  {"op": "module", "module", "cls", "args", "kwargs", "params", "train", "seed", "calls",
+   "attrs", "record", "backward", "param_grads"}
+Replies: {"ok": True, ...} or {"ok": False, "kind", "type", "message", "traceback"}.
+"""
+import importlib
+import io
+import os
+import struct
+import sys
+import traceback
+
+FOLDERS = [os.path.realpath(p) for p in sys.argv[1:]]
+
+# Protocol channel: a private duplicate of stdout; fd 1 then points at stderr.
+_proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+_proto_in = sys.stdin.buffer
+sys.path[:0] = FOLDERS
+
+import torch  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+torch.set_num_threads(1)
+
+# View-like ops do no arithmetic; a correct vectorized version may use more or fewer of them.
+VIEW_OPS = {
+    "view", "_unsafe_view", "clone", "expand", "transpose", "t", "permute", "squeeze", "unsqueeze",
+    "reshape", "detach", "alias", "as_strided", "_reshape_alias", "contiguous", "unflatten",
+    "flatten", "view_as", "expand_as", "slice", "select", "split", "chunk", "unbind", "lift_fresh",
+    "_to_copy", "copy_", "empty_like", "movedim", "narrow", "diagonal", "split_with_sizes",
+}
+
+
+class _Functions(TorchFunctionMode):
+    def __init__(self, names):
+        super().__init__()
+        self.names = names
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.add(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self, counts):
+        super().__init__()
+        self.counts = counts
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        key = "aten::" + name
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+class Recorder:
+    """Records torch functions called from Python and counts ATen ops underneath."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+        self.names, self.counts = set(), {}
+        self._modes = [_Functions(self.names), _Ops(self.counts)] if enabled else []
+
+    def __enter__(self):
+        for m in self._modes:
+            m.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for m in reversed(self._modes):
+            m.__exit__(*exc)
+        return False
+
+    def summary(self):
+        if not self.enabled:
+            return None
+        arithmetic = {k: v for k, v in self.counts.items() if k[len("aten::"):] not in VIEW_OPS}
+        return {"functions": sorted(self.names), "ops": sorted(self.counts), "op_count": sum(arithmetic.values())}
+
+
+def _student_frames(tb):
+    frames = [f for f in traceback.extract_tb(tb) if os.path.realpath(f.filename).startswith(tuple(FOLDERS))]
+    lines = []
+    for f in frames[-6:]:
+        lines.append(f'  File "{os.path.basename(f.filename)}", line {f.lineno}, in {f.name}')
+        if f.line:
+            lines.append(f"    {f.line}")
+    return "\n".join(lines)
+
+
+def _error(kind, exc):
+    message = str(exc)
+    if len(message) > 500:
+        message = message[:500] + "..."
+    return {"ok": False, "kind": kind, "type": type(exc).__name__, "message": message,
+            "traceback": _student_frames(exc.__traceback__)}
+
+
+def plain(x, depth=0):
+    """Turn a student's return value into tensors and plain values (never their objects)."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().as_subclass(torch.Tensor)
+        if t.device.type != "cpu":
+            return {"__object__": "Tensor on " + t.device.type, "repr": ""}
+        return t.clone()
+    if x is None or type(x) in (bool, int, float, str):
+        return x
+    if depth < 3 and type(x) in (tuple, list):
+        items = [plain(v, depth + 1) for v in x]
+        return tuple(items) if type(x) is tuple else items
+    try:
+        text = repr(x)[:200]
+    except Exception:
+        text = "<unprintable>"
+    return {"__object__": type(x).__name__, "repr": text}
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def _backward(outputs, grads):
+    """Backpropagate `grads` (one per output tensor, None to skip). Returns (ran, message)."""
+    pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None]
+    for o, g in pairs:
+        if not o.requires_grad:
+            return False, "the output is not connected to the inputs' autograd graph (no grad_fn)"
+        if o.shape != g.shape:
+            return False, f"output shape {tuple(o.shape)} cannot take a gradient of shape {tuple(g.shape)}"
+    torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs])
+    return True, ""
+
+
+def _load(name):
+    return importlib.import_module(name)
+
+
+def op_call(req):
+    try:
+        module = _load(req["module"])
+    except BaseException as e:
+        return _error("import", e)
+    func = getattr(module, req["func"], None)
+    if not callable(func):
+        return {"ok": False, "kind": "missing", "type": "AttributeError",
+                "message": f"{req['module']}.py has no function {req['func']}", "traceback": ""}
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in req.get("args", [])]
+    kwargs = dict(req.get("kwargs", {}))
+    grad_args = req.get("grad_args") or []
+    for i in grad_args:
+        args[i].requires_grad_(True)
+    torch.manual_seed(req.get("seed", 0))
+    rec = Recorder(req.get("record", False))
+    try:
+        with torch.set_grad_enabled(bool(grad_args)), rec:
+            result = func(*args, **kwargs)
+    except NotImplementedError as e:
+        return _error("not_implemented", e)
+    except Exception as e:
+        return _error("exception", e)
+    reply = {"ok": True, "value": plain(result), "record": rec.summary()}
+    if req.get("backward") is not None:
+        try:
+            ran, why = _backward(_tensors(result), req["backward"])
+        except Exception as e:
+            return _error("exception", e)
+        reply["grads"] = [plain(args[i].grad) for i in grad_args] if ran else None
+        reply["grad_problem"] = why
+    if req.get("return_args"):
+        reply["args_after"] = [plain(a) for a in args]
+    return reply
+
+
+def op_module(req):
+    try:
+        module = _load(req["module"])
+    except BaseException as e:
+        return _error("import", e)
+    cls = getattr(module, req["cls"], None)
+    if not isinstance(cls, type):
+        return {"ok": False, "kind": "missing", "type": "AttributeError",
+                "message": f"{req['module']}.py has no class {req['cls']}", "traceback": ""}
+    torch.manual_seed(req.get("seed", 0))
+    try:
+        obj = cls(*req.get("args", []), **req.get("kwargs", {}))
+    except NotImplementedError as e:
+        return _error("not_implemented", e)
+    except Exception as e:
+        return _error("constructor", e)
+    if not isinstance(obj, torch.nn.Module):
+        return {"ok": False, "kind": "exception", "type": "TypeError",
+                "message": f"{req['cls']} is not a torch.nn.Module", "traceback": ""}
+    reply = {"ok": True,
+             "params": {k: plain(v) for k, v in obj.named_parameters()},
+             "submodules": sorted({type(m).__name__ for m in obj.modules()})}
+    try:
+        given = req.get("params") or {}
+        if given:
+            own = dict(obj.named_parameters())
+            missing = [k for k in given if k not in own]
+            if missing:
+                return {"ok": False, "kind": "exception", "type": "AttributeError",
+                        "message": f"{req['cls']} has no parameter(s) {', '.join(missing)}", "traceback": ""}
+            with torch.no_grad():
+                for k, v in given.items():
+                    if own[k].shape != v.shape:
+                        return {"ok": False, "kind": "exception", "type": "ValueError",
+                                "message": f"parameter {k} has shape {tuple(own[k].shape)}, expected {tuple(v.shape)}",
+                                "traceback": ""}
+                    own[k].copy_(v)
+        if req.get("dtype") == "float64":
+            obj.double()
+        obj.train(bool(req.get("train", False)))
+        outputs, attrs = [], []
+        want_grad = req.get("backward") is not None
+        rec = Recorder(req.get("record", False))
+        for call in req.get("calls", []):
+            torch.manual_seed(call.get("seed", req.get("seed", 0)))
+            with torch.set_grad_enabled(want_grad), rec:
+                out = obj(*call.get("args", []), **call.get("kwargs", {}))
+            outputs.append(out)
+            attrs.append({a: plain(getattr(obj, a, None)) for a in req.get("attrs", [])})
+        reply["outputs"] = [plain(o) for o in outputs]
+        reply["attrs"] = attrs
+        reply["record"] = rec.summary()
+        if want_grad and outputs:
+            ran, why = _backward(_tensors(outputs[-1]), req["backward"])
+            reply["grad_problem"] = why
+            reply["param_grads"] = ({k: plain(p.grad) for k, p in obj.named_parameters()} if ran else None)
+    except NotImplementedError as e:
+        return _error("not_implemented", e)
+    except Exception as e:
+        return _error("exception", e)
+    return reply
+
+
+OPS = {"call": op_call, "module": op_module}
+
+
+def _read_exact(n):
+    data = b""
+    while len(data) < n:
+        chunk = _proto_in.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _send(obj):
+    buf = io.BytesIO()
+    try:
+        torch.save(obj, buf)
+    except Exception as e:  # a value torch cannot save: say so instead of dying
+        buf = io.BytesIO()
+        torch.save({"ok": False, "kind": "exception", "type": type(e).__name__,
+                    "message": f"the result could not be sent back: {e}", "traceback": ""}, buf)
+    data = buf.getvalue()
+    _proto_out.write(struct.pack(">I", len(data)) + data)
+
+
+def main():
+    _send({"ok": True, "ready": True, "torch": torch.__version__})
+    while True:
+        head = _read_exact(4)
+        if head is None:
+            return
+        body = _read_exact(struct.unpack(">I", head)[0])
+        if body is None:
+            return
+        req = torch.load(io.BytesIO(body), weights_only=True)
+        try:
+            reply = OPS[req["op"]](req)
+        except SystemExit as e:
+            reply = {"ok": False, "kind": "exit", "type": "SystemExit",
+                     "message": f"student code called sys.exit({e.code!r})", "traceback": _student_frames(e.__traceback__)}
+        except BaseException as e:  # KeyboardInterrupt, RecursionError escaping, ...
+            reply = _error("exception", e)
+        _send(reply)
+
+
+main()
