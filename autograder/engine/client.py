@@ -35,7 +35,7 @@ class Worker:
     def __init__(self, folders: list[Path], startup_timeout: float = 90.0,
                  command_prefix: list[str] | None = None, env: dict | None = None,
                  python: str = sys.executable):
-        cmd = [*(command_prefix or []), python, "-I", "-c", WORKER_SOURCE, *map(str, folders)]
+        cmd = [*(command_prefix or []), python, "-I", "-B", "-c", WORKER_SOURCE, *map(str, folders)]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=env if env is not None else _clean_env(), start_new_session=True,

@@ -275,7 +275,7 @@ def _send(obj):
 
 
 def main():
-    _send({"ok": True, "ready": True, "torch": torch.__version__})
+    _send({"ok": True, "ready": True, "torch": str(torch.__version__)})
     while True:
         head = _read_exact(4)
         if head is None:
