@@ -209,6 +209,8 @@ def op_module(req):
              "params": {k: plain(v) for k, v in obj.named_parameters()},
              "submodules": sorted({type(m).__name__ for m in obj.modules()})}
     try:
+        if req.get("dtype") == "float64":
+            obj.double()
         given = req.get("params") or {}
         if given:
             own = dict(obj.named_parameters())
@@ -223,8 +225,6 @@ def op_module(req):
                                 "message": f"parameter {k} has shape {tuple(own[k].shape)}, expected {tuple(v.shape)}",
                                 "traceback": ""}
                     own[k].copy_(v)
-        if req.get("dtype") == "float64":
-            obj.double()
         obj.train(bool(req.get("train", False)))
         outputs, attrs = [], []
         want_grad = req.get("backward") is not None

@@ -1,0 +1,259 @@
+"""Hidden checks for milestone 2: split/merge heads and MultiHeadAttention.
+
+The expected values come from torch.nn.MultiheadAttention(batch_first=True) loaded with the same
+weights as the student's four projections (in_proj = cat[w_q, w_k, w_v], out_proj = w_o). Its boolean
+masks mean the opposite of ours (True = blocked), so it receives ~mask, expanded per head.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .checks import Tester, group, shape_str
+
+MHA = "MultiHeadAttention"
+PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
+
+
+def random_params(t: Tester, d_model: int, bias: bool = True, dtype=torch.float64) -> dict:
+    params = {}
+    for name in PROJECTIONS:
+        params[f"{name}.weight"] = t.randn(d_model, d_model, dtype=dtype, scale=d_model ** -0.5)
+        if bias:
+            params[f"{name}.bias"] = t.randn(d_model, dtype=dtype, scale=0.1)
+    return params
+
+
+def reference_mha(params, d_model, heads, query, key, value, mask=None, grad_output=None):
+    """(output, per-head weights, parameter grads or None) from nn.MultiheadAttention."""
+    bias = "w_q.bias" in params
+    mha = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True, dtype=query.dtype)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([params[f"{n}.weight"] for n in ("w_q", "w_k", "w_v")]))
+        mha.out_proj.weight.copy_(params["w_o.weight"])
+        if bias:
+            mha.in_proj_bias.copy_(torch.cat([params[f"{n}.bias"] for n in ("w_q", "w_k", "w_v")]))
+            mha.out_proj.bias.copy_(params["w_o.bias"])
+    attn_mask = None
+    if mask is not None:
+        B, Lq, Lk = query.size(0), query.size(1), key.size(1)
+        full = mask.expand(B, Lq, Lk)                                 # [Lq, Lk] or [B, 1|Lq, Lk]
+        attn_mask = (~full).repeat_interleave(heads, dim=0)          # [B*H, Lq, Lk], batch-major
+    # Grad mode on: keeps nn.MultiheadAttention off its fused fast path (see grading notes).
+    out, weights = mha(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+    grads = None
+    if grad_output is not None:
+        out.backward(grad_output)
+        d = d_model
+        g_in = mha.in_proj_weight.grad
+        grads = {"w_q.weight": g_in[:d], "w_k.weight": g_in[d:2 * d], "w_v.weight": g_in[2 * d:],
+                 "w_o.weight": mha.out_proj.weight.grad}
+        if bias:
+            gb = mha.in_proj_bias.grad
+            grads.update({"w_q.bias": gb[:d], "w_k.bias": gb[d:2 * d], "w_v.bias": gb[2 * d:],
+                          "w_o.bias": mha.out_proj.bias.grad})
+    return out.detach(), weights.detach(), grads
+
+
+def run_mha(t: Tester, d_model, heads, query, key, value, mask=None, *, params=None, train=False,
+            dropout=0.0, bias=True, calls=1, backward=None, record=False):
+    kwargs = {"dropout": dropout, "bias": bias}
+    call = {"args": [query, key, value] + ([mask] if mask is not None else [])}
+    return t.module(MHA, (d_model, heads), kwargs, calls=[call] * calls, params=params, train=train,
+                    attrs=("attn_weights",), backward=backward, record=record,
+                    dtype="float64" if query.dtype == torch.float64 else None)
+
+
+def mask_cases(t: Tester, B, Lq, Lk):
+    lengths = [Lk - i % (Lk - 1) for i in range(B)]
+    pad = torch.arange(Lk)[None, :] < torch.tensor(lengths)[:, None]          # [B, Lk]
+    cases = [(None, "no mask"), (pad[:, None, :], f"a padding mask [{B}, 1, {Lk}]")]
+    if Lq == Lk:
+        causal = torch.ones(Lq, Lk, dtype=torch.bool).tril()
+        cases += [(causal, f"a causal mask [{Lq}, {Lk}]"),
+                  (pad[:, None, :] & causal, f"a combined padding and causal mask [{B}, {Lq}, {Lk}]")]
+    return cases
+
+
+def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias=True):
+    params = random_params(t, d_model, bias, dtype=query.dtype)
+    reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias)
+    what = (f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) on query {shape_str(query.shape)}, "
+            f"key/value {shape_str(key.shape)} with {label}")
+    want, want_w, _ = reference_mha(params, d_model, heads, query, key, value, mask)
+    got = reply["outputs"][0]
+    t.expect_tensor(got, f"The output of {what}", shape=want.shape)
+    hints = []
+    if mask is not None and mask.dim() == 3 and mask.size(0) > 1:
+        hints.append(("a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) "
+                      "before it meets the scores [B, H, Lq, Lk]; without it, it lines up the batch with "
+                      "the heads.", None))
+    t.expect_close(got, want, f"The output of {what}", hints)
+    return reply, want_w, what
+
+
+# ---- groups ------------------------------------------------------------------------------
+
+@group("m2", "shapes")
+def shapes(t: Tester):
+    for B, Lq, Lk, d_model, heads in ((3, 5, 5, 8, 2), (2, 4, 6, 8, 4), (3, 1, 7, 12, 3), (2, 3, 3, 8, 8),
+                                      (2, 5, 4, 6, 1)):
+        q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
+        reply = run_mha(t, d_model, heads, q, k, v)
+        what = (f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) with query {shape_str(q.shape)} "
+                f"and key/value {shape_str(k.shape)}")
+        t.expect_tensor(reply["outputs"][0], f"The output of {what}", shape=(B, Lq, d_model))
+        t.expect_tensor(reply["attrs"][0]["attn_weights"], f"`self.attn_weights` after {what}",
+                        shape=(B, heads, Lq, Lk))
+
+
+@group("m2", "split_merge")
+def split_merge(t: Tester):
+    B, L, H, d_k = 3, 5, 2, 4
+    x = t.randn(B, L, H * d_k)
+    want = x.reshape(B, L, H, d_k).transpose(1, 2)
+    got = t.call("split_heads", x, H)["value"]
+    t.expect_close(got, want, f"`split_heads(x, num_heads={H})` for x {shape_str(x.shape)}", [
+        ("a plain view/reshape to [B, H, L, d_k] mixes positions into heads: reshape to [B, L, H, d_k] "
+         "first, then transpose(1, 2).", x.reshape(B, H, L, d_k)),
+        ("head h must hold features h*d_k:(h+1)*d_k (contiguous blocks), not every H-th feature.",
+         x.reshape(B, L, d_k, H).permute(0, 3, 1, 2))])
+    y = t.randn(B, H, L, d_k)
+    want = y.transpose(1, 2).reshape(B, L, H * d_k)
+    got = t.call("merge_heads", y)["value"]
+    t.expect_close(got, want, f"`merge_heads(x)` for x {shape_str(y.shape)}", [
+        ("the heads are flattened without moving the head dimension back after the length: "
+         "transpose(1, 2) first, then reshape to [B, L, H*d_k].", y.reshape(B, L, H * d_k))])
+    x = t.randn(2, 6, 12)
+    for heads in (1, 3, 4):
+        back = t.call("merge_heads", t.expect_tensor(t.call("split_heads", x, heads)["value"],
+                                                     f"`split_heads(x, {heads})`", shape=(2, heads, 6, 12 // heads)))
+        t.expect_close(back["value"], x, f"`merge_heads(split_heads(x, {heads}))` for x [2, 6, 12]")
+
+
+@group("m2", "parity")
+def parity(t: Tester):
+    B, H, d_model = 3, 2, 8
+    L = 5
+    q = t.randn(B, L, d_model)
+    for mask, label in mask_cases(t, B, L, L):
+        check_parity(t, d_model, H, q, q, q, mask, f"{label} (self-attention, float64)")
+    q, kv = t.randn(B, 4, d_model), t.randn(B, 6, d_model)
+    v = t.randn(B, 6, d_model)
+    for mask, label in mask_cases(t, B, 4, 6):
+        check_parity(t, d_model, H, q, kv, v, mask, f"{label} (cross-attention, key != value, float64)")
+    check_parity(t, d_model, 4, q, kv, v, None, "no bias (float64)", bias=False)
+    q32, k32 = t.randn(B, L, d_model, dtype=torch.float32), t.randn(B, 6, d_model, dtype=torch.float32)
+    pad = torch.ones(B, 1, 6, dtype=torch.bool)
+    pad[0, :, 4:] = False
+    check_parity(t, d_model, H, q32, k32, k32, pad, "a padding mask (float32)")
+
+
+@group("m2", "head_weights")
+def head_weights(t: Tester):
+    B, H, d_model, Lq, Lk = 3, 2, 8, 4, 6
+    q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
+    pad = torch.ones(B, 1, Lk, dtype=torch.bool)
+    pad[1, :, 3:] = False
+    reply, want_w, what = check_parity(t, d_model, H, q, k, v, pad, "a padding mask")
+    got = reply["attrs"][0]["attn_weights"]
+    if got is None:
+        t.fail("`self.attn_weights` is None after a forward pass: store the per-head weights "
+               "[B, H, Lq, Lk] (detached) in forward.")
+    t.expect_tensor(got, f"`self.attn_weights` after {what}", shape=(B, H, Lq, Lk))
+    t.expect_close(got, want_w, f"`self.attn_weights` after {what}", [
+        ("these are weights averaged over heads or from one head; keep all heads: [B, H, Lq, Lk].", None)])
+
+
+@group("m2", "dropout")
+def dropout(t: Tester):
+    B, H, d_model, L = 2, 2, 8, 6
+    q = t.randn(B, L, d_model)
+    params = random_params(t, d_model)
+    want, _, _ = reference_mha(params, d_model, H, q, q, q)
+    what = "MultiHeadAttention(d_model=8, num_heads=2, dropout=0.5)"
+    ev = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, calls=2)
+    a, b = ev["outputs"]
+    t.expect_tensor(a, f"The output of {what} in eval mode", shape=want.shape)
+    if not torch.equal(a, b):
+        t.fail(f"{what} gives different outputs for the same input in eval mode: dropout must only act in "
+               f"training mode (pass dropout_p=self.dropout if self.training else 0.0).")
+    t.expect_close(a, want, f"The output of {what} in eval mode (dropout must be off)")
+    tr = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, train=True)
+    out = t.expect_tensor(tr["outputs"][0], f"The output of {what} in training mode", shape=want.shape)
+    if torch.allclose(out, want, atol=1e-9):
+        t.fail(f"{what} in training mode gives exactly the eval result: attention dropout with p=0.5 should "
+               f"change the output while training (pass dropout_p to scaled_dot_product_attention).")
+    tr0 = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, train=True)
+    t.expect_close(tr0["outputs"][0], want, "The output of MultiHeadAttention(dropout=0.0) in training mode")
+
+
+@group("m2", "gradients")
+def gradients(t: Tester):
+    B, H, d_model, Lq, Lk = 3, 2, 8, 4, 5
+    q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
+    params = random_params(t, d_model)
+    g = t.randn(B, Lq, d_model)
+    reply = run_mha(t, d_model, H, q, k, v, params=params, backward=[g])
+    grads = reply.get("param_grads")
+    if grads is None:
+        t.fail(f"No gradient reached the projections: {reply.get('grad_problem')}.")
+    _, _, want = reference_mha(params, d_model, H, q, k, v, grad_output=g)
+    for name, w in want.items():
+        got = grads.get(name)
+        if got is None:
+            t.fail(f"No gradient reached `{name}`: every projection (w_q, w_k, w_v, w_o) must be used in "
+                   f"forward, on the right input (w_q on query, w_k on key, w_v on value).")
+        t.expect_close(got, w, f"The gradient of `{name}`")
+
+
+@group("m2", "vectorization")
+def vectorization(t: Tester):
+    def count(B, H, L, d_model=8):
+        q = t.randn(B, L, d_model)
+        mask = torch.ones(B, 1, L, dtype=torch.bool)
+        return run_mha(t, d_model, H, q, q, q, mask, record=True)["record"]["op_count"]
+
+    base = count(2, 2, 3)
+    for label, args in (("the batch grew from 2 to 5", (5, 2, 3)),
+                        ("the number of heads grew from 2 to 4", (2, 4, 3)),
+                        ("the sequence length grew from 3 to 7", (2, 2, 7))):
+        n = count(*args)
+        if n != base:
+            t.fail(f"`MultiHeadAttention.forward` ran {base} tensor operations at the base size but {n} when "
+                   f"{label}: that points to a Python loop over that dimension. Split the heads into a "
+                   f"[B, H, L, d_k] tensor and call attention once for all of them.")
+
+
+@group("m2", "from_scratch")
+def from_scratch(t: Tester):
+    q = t.randn(2, 3, 8)
+    reply = run_mha(t, 8, 2, q, q, q, record=True)
+    record = dict(reply["record"])
+    record["functions"] = record["functions"] + reply.get("submodules", [])
+    t.expect_allowed(record, MHA)
+
+
+@group("m2", "init_errors")
+def init_errors(t: Tester):
+    for d_model, heads in ((10, 3), (8, 3)):
+        reply = t.module(MHA, (d_model, heads), allow_error=True)
+        if reply.get("ok"):
+            t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError "
+                   f"(d_model is not divisible by num_heads), but it was created without complaint.")
+        if reply.get("kind") == "not_implemented":
+            t.fail("`MultiHeadAttention.__init__` is not implemented yet (it raises NotImplementedError).")
+        if reply.get("type") != "ValueError":
+            t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError, "
+                   f"but it raised {reply.get('type')}: {reply.get('message')}")
+    for bias in (True, False):
+        reply = t.module(MHA, (8, 2), {"bias": bias})
+        names = {f"{p}.weight" for p in PROJECTIONS} | ({f"{p}.bias" for p in PROJECTIONS} if bias else set())
+        got = set(reply["params"])
+        if got != names:
+            t.fail(f"MultiHeadAttention(8, 2, bias={bias}) should have exactly the parameters "
+                   f"{', '.join(sorted(names))}; it has {', '.join(sorted(got)) or 'none'}. Use four "
+                   f"nn.Linear(d_model, d_model, bias=bias) named w_q, w_k, w_v, w_o.")
+        for name, value in reply["params"].items():
+            want = (8, 8) if name.endswith("weight") else (8,)
+            t.expect_tensor(value, f"Parameter `{name}`", shape=want)

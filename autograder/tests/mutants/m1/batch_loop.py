@@ -1,0 +1,54 @@
+"""Mistake: attention loops in Python over every leading (batch/head) index.
+
+CATCHES: vectorization
+"""
+
+import math
+
+import torch
+
+
+def softmax(x, dim=-1):
+    """Numerically stable softmax of `x` along `dim`; an all -inf slice gives zeros."""
+    x_max = x.amax(dim=dim, keepdim=True)
+    # an all -inf slice has max -inf: shift it by 0 instead so no NaN appears
+    x_max = torch.where(torch.isfinite(x_max), x_max, torch.zeros_like(x_max))
+    e = torch.exp(x - x_max)
+    total = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
+    """softmax(q k^T / sqrt(d_k)) v with an optional bool mask (True = may attend)."""
+    d_k = q.size(-1)
+    lead = q.shape[:-2]
+    if mask is not None:
+        mask = mask.expand(*lead, q.size(-2), k.size(-2))
+    # flatten batch and heads, then handle one (Lq, Lk) matrix at a time
+    qs = q.reshape(-1, q.size(-2), d_k)
+    ks = k.reshape(-1, k.size(-2), d_k)
+    vs = v.reshape(-1, v.size(-2), v.size(-1))
+    ms = mask.reshape(-1, q.size(-2), k.size(-2)) if mask is not None else None
+    outs, ws = [], []
+    for i in range(qs.size(0)):
+        scores = qs[i] @ ks[i].transpose(0, 1) / math.sqrt(d_k)
+        if ms is not None:
+            scores = scores.masked_fill(~ms[i], float("-inf"))
+        w = softmax(scores, dim=-1)
+        if dropout_p > 0.0:
+            w = torch.nn.functional.dropout(w, p=dropout_p)
+        outs.append(w @ vs[i])
+        ws.append(w)
+    output = torch.stack(outs).reshape(*lead, q.size(-2), v.size(-1))
+    weights = torch.stack(ws).reshape(*lead, q.size(-2), k.size(-2))
+    return output, weights
+
+
+def padding_mask(tokens, pad_id):
+    """[B, L] token ids -> [B, 1, L] bool, True where the token is not padding."""
+    return (tokens != pad_id).unsqueeze(1)
+
+
+def causal_mask(size, device=None):
+    """[size, size] bool, True on and below the diagonal."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
