@@ -12,6 +12,11 @@ EPILOG = """examples:
   course build --check                   list stale derived files; exit 1 if any
   course grade path/to/folder -m m1      grade one submission and print the table and feedback
   course demo                            grade the bundled sample submissions
+  course grade-class subs/ -m m1 --out graded/   grade a whole class in the sandbox, in parallel
+  course gradescope-bundle -m m1          Gradescope autograder zip for m1
+  course classroom-workflow -m m1 --out repo/   GitHub Classroom workflow for student repos
+  course release m1                      build, then `nbgrader generate_assignment` the m1 notebook
+  course export-scores m1 -o m1.csv      per-check nbgrader scores of every student (gradebook.db)
 """
 
 
@@ -33,6 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="grade the bundled sample submissions and show one feedback report",
                    description="Grade every sample submission under autograder/samples/ and print "
                                "the grade table and one feedback report.")
+    r = sub.add_parser("release", help="build, then release a milestone's notebook with nbgrader",
+                       description="Run `course build`, then `nbgrader generate_assignment` for the milestone, "
+                                   "writing the student notebook into assignments/<folder>/.")
+    r.add_argument("milestone", help="milestone id from course.yaml, e.g. m1")
+    e = sub.add_parser("export-scores", help="write nbgrader's per-check scores of a milestone as CSV",
+                       description="One row per student in gradebook.db, one column per graded cell.")
+    e.add_argument("milestone", help="milestone id from course.yaml, e.g. m1")
+    e.add_argument("-o", "--out", metavar="FILE", help="CSV file to write (default: scores-<folder>.csv)")
+    e.add_argument("--db", metavar="URL", help="gradebook URL (default: sqlite:///gradebook.db at the course root)")
+    from .batch.cli import add_parsers as _batch_parsers
+    _batch_parsers(sub)
     return p
 
 
@@ -44,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             return _build(course, args.check)
         if args.command == "grade":
             return _grade(course, args)
+        if args.command in ("release", "export-scores"):
+            return _nbgrader(course, args)
+        if args.command in ("grade-class", "gradescope-bundle", "classroom-workflow"):
+            from .batch.cli import run as _batch_run
+            return _batch_run(course, args)
         if args.command == "demo":
             from .demo import run
             return run(course)
@@ -71,6 +92,27 @@ def _build(course: config.Course, check: bool) -> int:
         print(f"wrote {rel}")
     print(f"{len(changed)} file(s) changed." if changed else "Nothing to change.")
     return 0
+
+
+def _nbgrader(course: config.Course, args) -> int:
+    try:
+        from . import nbgrade
+        import nbgrader  # noqa: F401
+    except ImportError:
+        print("course: nbgrader is not installed: pip install -e '.[instructor]'", file=sys.stderr)
+        return 2
+    m = course.milestone(args.milestone)
+    if args.command == "export-scores":
+        out = args.out or f"scores-{m.folder}.csv"
+        n = nbgrade.write_scores(course, m.id, out, args.db)
+        print(f"Wrote {out} ({n} student(s)).")
+        return 0
+    build.write(course)
+    code = nbgrade.run_nbgrader(course, "generate_assignment", m.folder, "--force")
+    problems = [p for p in build.check(course) if m.folder in p]
+    for line in problems:
+        print(line, file=sys.stderr)
+    return code or (1 if problems else 0)
 
 
 def _grade(course: config.Course, args) -> int:

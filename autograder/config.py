@@ -20,6 +20,14 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class Written:
+    """A question answered in prose in the milestone's notebook, graded by hand (nbgrader)."""
+    id: str
+    points: int
+    prompt: str
+
+
+@dataclass(frozen=True)
 class Milestone:
     id: str
     folder: str
@@ -30,6 +38,7 @@ class Milestone:
     total_timeout: float
     forbidden: dict[str, tuple[str, ...]]   # function name or "all" -> fnmatch patterns
     checks: dict[str, int]                  # group name -> points, in report order
+    written: tuple[Written, ...] = ()       # hand-graded questions of the notebook
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -124,7 +133,28 @@ def _milestone(raw, index: int, earlier: list[str]) -> Milestone:
             raise ConfigError(f"{where}.checks.{name}: expected a positive whole number of points, got {pts!r}")
         checks[str(name)] = pts
     title = raw.get("title", mid)
-    return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks)
+    written = _written(raw.get("written", []) or [], f"{where}.written", checks)
+    return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks, written)
+
+
+def _written(items, where: str, checks: dict) -> tuple[Written, ...]:
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: expected a list of {{id, points, prompt}}")
+    out: list[Written] = []
+    for i, item in enumerate(items):
+        w = f"{where}[{i}]"
+        qid = _get(item, "id", str, w)
+        if not re.fullmatch(r"[A-Za-z0-9_]+", qid) or qid in checks or any(x.id == qid for x in out):
+            raise ConfigError(f"{w}.id: expected a unique name of letters, digits and '_' that is not a "
+                              f"check group, got {qid!r}")
+        points = _get(item, "points", int, w)
+        if points <= 0:
+            raise ConfigError(f"{w}.points: expected a positive whole number, got {points!r}")
+        prompt = _get(item, "prompt", str, w).strip()
+        if not prompt:
+            raise ConfigError(f"{w}.prompt: expected the question's text")
+        out.append(Written(qid, points, prompt))
+    return tuple(out)
 
 
 def load(path: Path | str = COURSE_FILE) -> Course:

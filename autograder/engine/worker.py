@@ -6,6 +6,7 @@ protocol.py) on stdin, runs the student's function, and writes plain tensors bac
 of stdout. The student's own prints go to stderr, which the judge drains and keeps a tail of.
 
 Requests:
+  {"op": "import", "modules"}
   {"op": "call", "module", "func", "args", "kwargs", "seed", "record", "grad_args", "backward", "return_args"}
   {"op": "module", "module", "cls", "args", "kwargs", "params", "train", "seed", "calls",
    "attrs", "record", "backward", "param_grads"}
@@ -249,7 +250,17 @@ def op_module(req):
     return reply
 
 
-OPS = {"call": op_call, "module": op_module}
+def op_import(req):
+    """Import the student's modules once, so a crash at import is seen before any check runs."""
+    for name in req.get("modules", []):
+        try:
+            _load(name)
+        except BaseException as e:
+            return _error("import", e)
+    return {"ok": True}
+
+
+OPS = {"call": op_call, "module": op_module, "import": op_import}
 
 
 def _read_exact(n):

@@ -1,6 +1,9 @@
 """Mistake: the scores q @ k^T are not divided by sqrt(d_k).
 
-CATCHES: masking, parity, stability, gradients
+(The stability group does not catch it: with scores around 1e4 the weights are one-hot
+with or without the scaling.)
+
+CATCHES: masking, parity, gradients
 """
 
 import math

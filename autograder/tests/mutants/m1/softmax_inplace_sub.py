@@ -1,6 +1,8 @@
 """Mistake: softmax shifts its input in place (x -= max), modifying the caller's tensor.
 
-CATCHES: dtype_inplace
+Inside attention the in-place shift also overwrites a tensor autograd saved for amax's backward.
+
+CATCHES: gradients, dtype_inplace
 """
 
 import math

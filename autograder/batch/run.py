@@ -1,0 +1,202 @@
+"""Grade a whole class: sandboxed fork-server slots in parallel, then the gradebook and exports.
+
+    course grade-class SUBMISSIONS --milestone m1 --out DIR [--jobs N] [--seed S] [--sandbox auto]
+
+Writes into DIR:
+    grades.csv                        one row per student: score, one column per check, status
+    feedback/<student>.txt            the feedback report the student reads
+    results/<student>/results.json    Gradescope's format, per student
+    summary.md, summary.json          score distribution and the checks the class fails most
+Every result records the seed and how the code was isolated; the same seed reproduces every score.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import config
+from ..engine.checks import CheckResult
+from ..engine.grade import Result, grade
+from ..engine.report import feedback, gradescope
+from ..engine.submission import SubmissionError
+from .collect import Found, collect
+from .progress import Progress
+from .sandbox import Limits, Sandbox, Slot, make_root, remove_root
+
+
+@dataclass
+class ClassRun:
+    milestone: str
+    seed: int
+    sandbox: Sandbox
+    jobs: int
+    rows: list[dict] = field(default_factory=list)
+    results: dict[str, Result] = field(default_factory=dict)
+    wall: float = 0.0
+    out: Path | None = None
+
+    @property
+    def per_submission(self) -> float:
+        return self.wall / len(self.rows) if self.rows else 0.0
+
+
+def _unrunnable(m: config.Milestone, seed: int, why: str) -> Result:
+    checks = [CheckResult(name, pts, 0, f"Not run: {why}.") for name, pts in m.checks.items()]
+    return Result(m.id, seed, checks, [], 0.0)
+
+
+def _grade_one(found: Found, m: config.Milestone, seed: int, course: config.Course, slot: Slot) -> Result:
+    if found.path is None:
+        return _unrunnable(m, seed, found.problem)
+    try:
+        return grade(found.path, m.id, seed=seed, course=course, worker_factory=slot.worker_factory())
+    except SubmissionError as e:
+        return _unrunnable(m, seed, str(e))
+
+
+def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, jobs: int | None = None,
+                seed: int | None = None, sandbox: str = "auto", course: config.Course | None = None,
+                limits: Limits | None = None, progress: bool = True, stream=None) -> ClassRun:
+    course = course or config.load()
+    m = course.milestone(milestone)
+    seed = course.seed if seed is None else seed
+    jobs = max(1, jobs or min(os.cpu_count() or 1, 8))
+    box = Sandbox.detect(sandbox, limits)
+    out = Path(out)
+    root = make_root()
+    start = time.monotonic()
+    try:
+        found = collect(Path(submissions), m, root / "staging")
+        if not found:
+            raise FileNotFoundError(f"{submissions}: no student folders or zip files found")
+        jobs = min(jobs, len(found))
+        bar = Progress(len(found), f"{m.id}", stream) if progress else None
+        todo: queue.Queue = queue.Queue()
+        for f in found:
+            todo.put(f)
+        results: dict[str, Result] = {}
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def lane(index: int):
+            slot = None
+            try:
+                while True:
+                    try:
+                        f = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    if slot is None or not slot.alive():
+                        if slot is not None:
+                            slot.close()
+                        slot = Slot(index, root, box, course.startup_timeout)
+                    r = _grade_one(f, m, seed, course, slot)
+                    r.notes.append(box.note)
+                    with lock:
+                        results[f.student] = r
+                    if bar:
+                        bar.update(r.score, r.max_score)
+            except BaseException as e:   # a grader bug: stop this lane, report after the others finish
+                errors.append(e)
+            finally:
+                if slot is not None:
+                    slot.close()
+
+        threads = [threading.Thread(target=lane, args=(i,), daemon=True) for i in range(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+    finally:
+        remove_root(root)
+    run = ClassRun(m.id, seed, box, jobs, results=dict(sorted(results.items())), wall=time.monotonic() - start)
+    write_outputs(run, m, out)
+    return run
+
+
+def write_outputs(run: ClassRun, m: config.Milestone, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "feedback").mkdir(exist_ok=True)
+    (out / "results").mkdir(exist_ok=True)
+    run.out = out
+    names = list(m.checks)
+    run.rows = []
+    for student, r in run.results.items():
+        by_name = {c.name: c for c in r.checks}
+        row = {"student": student, "score": r.score, "max_score": r.max_score}
+        row.update({n: by_name[n].score if n in by_name else 0 for n in names})
+        row.update(seed=r.seed, sandbox=run.sandbox.mode,
+                   status="internal_error" if r.internal_errors else ("graded" if r.files else "not_run"),
+                   seconds=round(r.elapsed, 2))
+        run.rows.append(row)
+        (out / "feedback" / f"{student}.txt").write_text(feedback(r) + "\n")
+        (out / "results" / student).mkdir(exist_ok=True)
+        (out / "results" / student / "results.json").write_text(json.dumps(gradescope(r), indent=2) + "\n")
+    with open(out / "grades.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["student", "score", "max_score", *names, "seed", "sandbox", "status",
+                                          "seconds"])
+        w.writeheader()
+        w.writerows(run.rows)
+    summary = summarize(run, m)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(summary_text(summary) + "\n")
+
+
+def summarize(run: ClassRun, m: config.Milestone) -> dict:
+    scores = [row["score"] for row in run.rows]
+    fails = Counter()
+    examples: dict[str, str] = {}
+    for r in run.results.values():
+        for c in r.checks:
+            if not c.passed:
+                fails[c.name] += 1
+                examples.setdefault(c.name, c.message.splitlines()[0][:200] if c.message else "")
+    buckets = Counter()
+    top = m.max_score
+    for s in scores:
+        lo = min(int(s / top * 10), 9) * 10 if top else 0
+        buckets[lo] += 1
+    return {
+        "milestone": m.id, "seed": run.seed, "students": len(scores), "max_score": top,
+        "sandbox": run.sandbox.mode, "sandbox_note": run.sandbox.note, "jobs": run.jobs,
+        "wall_seconds": round(run.wall, 1), "seconds_per_submission": round(run.per_submission, 2),
+        "mean": round(statistics.mean(scores), 2) if scores else 0,
+        "median": statistics.median(scores) if scores else 0,
+        "full_marks": sum(1 for s in scores if s == top), "zero": sum(1 for s in scores if s == 0),
+        "distribution": {f"{lo}-{lo + 10 if lo < 90 else 100}%": buckets.get(lo, 0) for lo in range(0, 100, 10)},
+        "most_failed": [{"check": name, "failed": n, "share": round(n / len(scores), 3), "example": examples[name]}
+                        for name, n in fails.most_common()],
+        "internal_errors": {s: r.internal_errors for s, r in run.results.items() if r.internal_errors},
+    }
+
+
+def summary_text(s: dict) -> str:
+    lines = [f"# Class summary: {s['milestone']}",
+             f"{s['students']} students, seed {s['seed']}, sandbox {s['sandbox']}, {s['jobs']} parallel worker(s), "
+             f"{s['wall_seconds']} s wall ({s['seconds_per_submission']} s per submission).",
+             f"Mean {s['mean']} / {s['max_score']}, median {s['median']}, full marks {s['full_marks']}, "
+             f"zero {s['zero']}.", "", "## Score distribution"]
+    most = max(s["distribution"].values() or [1]) or 1
+    for label, n in s["distribution"].items():
+        lines.append(f"{label:>8}  {'#' * round(24 * n / most):<24} {n}")
+    lines += ["", "## Checks the class fails most (the next lecture)"]
+    if not s["most_failed"]:
+        lines.append("Nobody failed a check.")
+    for f in s["most_failed"]:
+        lines.append(f"- {f['check']}: {f['failed']} student(s) ({f['share']:.0%}). e.g. \"{f['example']}\"")
+    if s["internal_errors"]:
+        lines += ["", f"## Grader errors (instructor only): {len(s['internal_errors'])} student(s)"]
+        lines += [f"- {k}: {v[0].splitlines()[0] if v else ''}" for k, v in s["internal_errors"].items()]
+    if s["sandbox"] != "bwrap":
+        lines += ["", f"WARNING: {s['sandbox_note']}"]
+    return "\n".join(lines)

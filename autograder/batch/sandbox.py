@@ -1,0 +1,401 @@
+"""Sandboxed workers for batch grading: one fork server per parallel slot, one forked worker per need.
+
+Isolation, on Linux with bubblewrap: the fork server of a slot runs under `bwrap` and sees only the
+Python install and virtualenv (read-only), the slot's current submission at /submission
+(read-only), a private /tmp, /usr, /proc and /dev; no network, no other namespace shared with the
+host. Nothing of the course repository (solutions/, the checks, other students, gradebooks) is
+mounted. Where bubblewrap cannot run, the same fork server runs unsandboxed and only the resource
+limits apply; `Sandbox.mode` and `Sandbox.note` say so, and the batch grader writes the note into
+every result.
+
+Every forked worker gets: a new session, RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE,
+RLIMIT_FSIZE, no core files, and (when the grader runs as root) its own unprivileged uid per slot,
+which makes RLIMIT_NPROC count only that slot and lets the server kill every process the worker
+left behind. Output beyond `output_limit` bytes ends the worker with a message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine import client
+from ..engine.client import Worker, WorkerLost
+
+SERVER_SOURCE = Path(__file__).with_name("forkserver.py").read_text()
+BASE_UID = 61000          # slot i runs student code as uid BASE_UID + i when the grader is root
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory: int = 3 * 1024 ** 3        # bytes of address space above the fork server's own
+    cpu: int = 400                     # CPU seconds per worker process
+    nproc: int = 32                    # processes and threads per slot
+    nofile: int = 256
+    fsize: int = 16 * 1024 ** 2        # largest file a worker may write
+    output: int = 8 * 1024 ** 2        # bytes of stdout+stderr before the worker is stopped
+
+    def rlimits(self, drop_uid: bool, in_userns: bool) -> dict:
+        d = {"memory": self.memory, "cpu": self.cpu, "nofile": self.nofile, "fsize": self.fsize, "core": 0}
+        if drop_uid or in_userns:
+            d["nproc"] = self.nproc
+        else:   # the user's own count is shared with the rest of the machine: allow some headroom
+            d["nproc"] = _user_process_count() + self.nproc
+        return d
+
+
+def _user_process_count() -> int:
+    uid, n = os.getuid(), 0
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if p.stat().st_uid == uid:
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def bwrap_works() -> tuple[bool, str]:
+    """Can bubblewrap build the sandbox here? (False, why) on macOS or without user namespaces."""
+    if sys.platform != "linux":
+        return False, f"bubblewrap needs Linux (this is {sys.platform})"
+    exe = shutil.which("bwrap")
+    if not exe:
+        return False, "bubblewrap (bwrap) is not installed"
+    cmd = [exe, *_namespace_args(), "--ro-bind", "/", "/", "true"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"bwrap could not start ({e})"
+    if r.returncode != 0:
+        why = r.stderr.decode(errors="replace").strip().splitlines()
+        return False, f"bwrap cannot create namespaces here ({why[-1] if why else r.returncode})"
+    return True, ""
+
+
+def _namespace_args() -> list[str]:
+    args = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        # No user namespace, so the server can give each worker a real unprivileged uid.
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-user"]
+    return args
+
+
+def _python_dirs() -> list[Path]:
+    dirs = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent.parent}
+    out: list[Path] = []
+    for d in sorted(dirs, key=lambda p: len(p.parts)):
+        if not any(d.is_relative_to(o) for o in out) and d != Path("/"):
+            out.append(d)
+    # The venv keeps its own path (its python is a symlink into base_prefix); bind it as given too.
+    venv = Path(sys.prefix)
+    if venv.resolve() != venv and venv not in out:
+        out.append(venv)
+    return out
+
+
+def bwrap_prefix(sub: Path, tmp: Path) -> list[str]:
+    args = ["bwrap", *_namespace_args()]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / name
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        if os.path.exists(f):
+            args += ["--ro-bind", f, f]
+    made: set[Path] = {Path("/"), Path("/usr")}
+    for d in _python_dirs():
+        if d.is_relative_to("/usr"):
+            continue
+        for parent in reversed(d.parents):
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        args += ["--ro-bind", str(d), str(d)]
+        made.add(d)
+    args += ["--ro-bind", str(sub), "/submission", "--bind", str(tmp), "/tmp",
+             "--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
+    return args
+
+
+@dataclass
+class Sandbox:
+    """How workers are isolated on this machine. mode: "bwrap" or "rlimits"."""
+    mode: str
+    why_not: str = ""
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def detect(cls, want: str = "auto", limits: Limits | None = None) -> "Sandbox":
+        limits = limits or Limits()
+        if want == "rlimits":
+            return cls("rlimits", "the sandbox was switched off (--sandbox rlimits)", limits)
+        ok, why = bwrap_works()
+        if ok:
+            return cls("bwrap", "", limits)
+        if want == "bwrap":
+            raise RuntimeError(f"--sandbox bwrap was asked for, but {why}")
+        return cls("rlimits", why, limits)
+
+    @property
+    def note(self) -> str:
+        if self.mode == "bwrap":
+            return ("Sandbox: bubblewrap (no network; only your files, read-only, and a private /tmp); "
+                    "limits on memory, CPU time, processes, files and output.")
+        return (f"Sandbox: NOT isolated ({self.why_not}); resource limits only (memory, CPU time, processes, "
+                f"files, output). Your code could see the grading machine's files.")
+
+
+class _RemoteProc:
+    """Enough of subprocess.Popen for client.Worker: pipes to a worker the fork server forked."""
+
+    def __init__(self, slot: "Slot", wid: int, stdin, stdout, stderr):
+        self.slot, self.id = slot, wid
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.pid = None
+
+    def poll(self):
+        return self.slot.status(self.id)
+
+    def wait(self, timeout=None):
+        if not self.slot.wait_exit(self.id, timeout):
+            raise subprocess.TimeoutExpired("worker", timeout)
+        return self.slot.status(self.id)
+
+    def kill(self):
+        self.slot.kill(self.id)
+
+
+class ForkedWorker(Worker):
+    """A client.Worker whose process comes from a slot's fork server instead of a fresh Python."""
+
+    def __init__(self, slot: "Slot", folders: list[str], cwd: str, env: dict, startup_timeout: float):
+        self.slot = slot
+        self.output_limit = slot.sandbox.limits.output
+        self._output_bytes = 0
+        self._over = False
+        self.proc = slot.spawn(folders, cwd, env)
+        self._tail = bytearray()
+        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
+        self._drain.start()
+        hello = self.request(None, startup_timeout)
+        if not hello.get("ready"):
+            raise WorkerLost("the worker did not start", "protocol")
+
+    def _read_stderr(self):
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self._output_bytes += len(chunk)
+            self._tail += chunk
+            if len(self._tail) > 2 * client.STDERR_TAIL:
+                del self._tail[:-client.STDERR_TAIL]
+            if self._output_bytes > self.output_limit and not self._over:
+                self._over = True
+                self.proc.kill()
+
+    def request(self, message, timeout):
+        try:
+            return super().request(message, timeout)
+        except WorkerLost as e:
+            if self._over:
+                mb = self.output_limit / 1024 ** 2
+                raise WorkerLost(f"it printed more than {mb:g} MB of output and was stopped "
+                                 f"(remove large or looping print calls)", "died") from None
+            raise
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        code = None
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._drain.join(timeout=2)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except Exception:
+                pass
+        return code
+
+
+class Slot:
+    """One parallel grading lane: a fork server (sandboxed when possible) and its private folders."""
+
+    def __init__(self, index: int, root: Path, sandbox: Sandbox, startup_timeout: float = 90.0):
+        self.index, self.sandbox, self.startup_timeout = index, sandbox, startup_timeout
+        self.root = Path(root) / f"slot{index}"
+        self.sub, self.tmp = self.root / "submission", self.root / "tmp"
+        for d in (self.root, self.sub, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        self.drop_uid = BASE_UID + index if os.geteuid() == 0 else None
+        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._status: dict[int, int | None] = {}
+        self._pids: dict[int, int] = {}
+        self._next = 0
+        self._ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conf = json.dumps({"drop_uid": self.drop_uid})
+        prefix = bwrap_prefix(self.sub, self.tmp) if sandbox.mode == "bwrap" else []
+        self.server = subprocess.Popen(
+            [*prefix, sys.executable, "-I", "-B", "-c", SERVER_SOURCE, str(theirs.fileno()), conf],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, env=client._clean_env(), start_new_session=True,
+            cwd=str(self.tmp))
+        theirs.close()
+        self._ctrl.settimeout(startup_timeout)
+        try:
+            ready = self._ctrl.recv(1 << 16)
+        except OSError:
+            ready = b""
+        if not ready:
+            err = self.server.stderr.read().decode(errors="replace")[-2000:] if self.server.poll() is not None else ""
+            self.close()
+            raise RuntimeError(f"the fork server of slot {index} did not start: {err}")
+        self._ctrl.settimeout(None)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    # ---- messages from the server -----------------------------------------------------------
+    def _read(self):
+        while True:
+            try:
+                data = self._ctrl.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            msg = json.loads(data)
+            with self._cond:
+                if msg["op"] == "spawned":
+                    self._pids[msg["id"]] = msg["pid"]
+                elif msg["op"] == "exited":
+                    self._status[msg["id"]] = msg["status"]
+                self._cond.notify_all()
+        with self._cond:     # server gone: every worker is gone with it
+            for wid in self._status:
+                if self._status[wid] is None:
+                    self._status[wid] = -9
+            self._cond.notify_all()
+
+    def status(self, wid: int):
+        with self._cond:
+            return self._status.get(wid)
+
+    def wait_exit(self, wid: int, timeout) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._status.get(wid) is not None, timeout)
+
+    def kill(self, wid: int):
+        try:
+            self._ctrl.send(json.dumps({"op": "kill", "id": wid}).encode())
+        except OSError:
+            pass
+
+    # ---- workers ------------------------------------------------------------------------------
+    def reset(self, folder: Path):
+        """Make the slot hold exactly this submission and an empty private /tmp."""
+        for d in (self.sub, self.tmp):
+            _wipe(d, self.root)
+        for f in sorted(Path(folder).iterdir()):
+            if f.is_file():
+                shutil.copyfile(f, self.sub / f.name)
+                os.chmod(self.sub / f.name, 0o644)
+        os.chmod(self.sub, 0o755)
+        os.chmod(self.tmp, 0o1777)
+
+    def spawn(self, folders: list[str], cwd: str, env: dict) -> _RemoteProc:
+        with self._cond:
+            wid = self._next
+            self._next += 1
+            self._status[wid] = None
+        pipes = [os.pipe() for _ in range(3)]            # (read, write) each
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        limits = self.sandbox.limits.rlimits(self.drop_uid is not None,
+                                             self.sandbox.mode == "bwrap" and os.geteuid() != 0)
+        msg = {"op": "spawn", "id": wid, "source": client.WORKER_SOURCE, "folders": folders, "cwd": cwd,
+               "env": env, "limits": limits}
+        try:
+            socket.send_fds(self._ctrl, [json.dumps(msg).encode()], theirs)
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return _RemoteProc(self, wid, os.fdopen(pipes[0][1], "wb"), os.fdopen(pipes[1][0], "rb", buffering=0),
+                           os.fdopen(pipes[2][0], "rb"))
+
+    def worker_factory(self):
+        """A grade() worker_factory: copy the prepared folder into the slot, fork a worker there."""
+        def factory(folders: list[Path]) -> Worker:
+            self.reset(folders[0])
+            env = client._clean_env()
+            if self.sandbox.mode == "bwrap":
+                inner, cwd = ["/submission"], "/tmp"
+            else:
+                inner, cwd = [str(self.sub)], str(self.tmp)
+            env.update(HOME=cwd, TMPDIR=cwd)
+            return ForkedWorker(self, inner, cwd, env, self.startup_timeout)
+        return factory
+
+    def alive(self) -> bool:
+        return self.server.poll() is None
+
+    def close(self):
+        try:
+            self._ctrl.close()
+        except OSError:
+            pass
+        try:
+            self.server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.server.wait(timeout=5)
+        if self.server.stderr:
+            self.server.stderr.close()
+
+
+def _wipe(path: Path, inside: Path):
+    """Empty `path`, which must be a folder inside this batch's own temporary folder."""
+    path, inside = Path(path).resolve(), Path(inside).resolve()
+    tmp = Path(tempfile.gettempdir()).resolve()
+    if not (path.is_relative_to(inside) and inside.is_relative_to(tmp) and path != inside
+            and len(path.parts) > len(tmp.parts) + 1 and ".batch-" in str(path)):
+        raise RuntimeError(f"refusing to empty {path}: not a batch grading folder under {tmp}")
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            try:
+                child.unlink()
+            except OSError:
+                pass
+
+
+def make_root() -> Path:
+    """This batch's private temporary folder (slot folders live inside)."""
+    root = Path(tempfile.mkdtemp(prefix="course.batch-"))
+    os.chmod(root, 0o711)
+    return root
+
+
+def remove_root(root: Path):
+    root = Path(root).resolve()
+    tmp = Path(tempfile.gettempdir()).resolve()
+    if root.parent == tmp and root.name.startswith("course.batch-"):
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        raise RuntimeError(f"refusing to remove {root}: not a batch grading folder")

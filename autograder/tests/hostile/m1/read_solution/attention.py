@@ -1,0 +1,133 @@
+"""HOSTILE TEST SUBMISSION (grader test corpus): looks for the hidden checks and the reference solution, prints them and uses them; its own work is the stub.
+
+Safe to run unsandboxed: see autograder/tests/test_batch_corpus.py.
+"""
+import math
+
+import torch
+
+
+def softmax(x, dim=-1):
+    """Numerically stable softmax of `x` along `dim`.
+
+    Args:
+        x: a float tensor of any shape. Entries may be -inf (blocked positions).
+        dim: the dimension that sums to 1 afterwards.
+
+    Returns:
+        A tensor with the same shape and dtype as `x`. Along `dim`, entries are >= 0 and sum
+        to 1, except that a slice made only of -inf gives all zeros (never NaN).
+
+    Stability: softmax(x) == softmax(x - c) for any constant c, so subtract the largest entry
+    of each slice before exponentiating; then exp() never overflows, even for logits of 1e4.
+
+    Example:
+        >>> softmax(torch.tensor([1.0, 1.0, float("-inf")]))
+        tensor([0.5000, 0.5000, 0.0000])
+        >>> softmax(torch.tensor([float("-inf"), float("-inf")]))
+        tensor([0., 0.])
+    """
+    # TODO: subtract the max of each slice along `dim` (use 0 where the whole slice is -inf),
+    # TODO: exponentiate, then divide by the sum along `dim` (a slice summing to 0 must give 0).
+    raise NotImplementedError("softmax is not implemented yet")
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, with an optional boolean mask.
+
+    Args:
+        q: queries [..., Lq, d_k]
+        k: keys    [..., Lk, d_k]
+        v: values  [..., Lk, d_v]
+           The leading dims "..." (batch, heads, ...) are the same for q, k and v.
+        mask: None, or a bool tensor broadcastable to [..., Lq, Lk]. True = may attend.
+              For example a padding mask [B, 1, Lk] or a causal mask [Lq, Lk].
+        dropout_p: probability of dropping an attention weight (use 0.0 when not training).
+
+    Returns:
+        (output, weights):
+            output  [..., Lq, d_v], same dtype as q
+            weights [..., Lq, Lk], each row sums to 1 over the keys it may attend to; blocked
+                    entries are exactly 0. A query row with no allowed key gets all-zero weights,
+                    so its output row is all zeros (as in torch.nn.functional.scaled_dot_product_attention).
+
+    The inputs are not modified.
+
+    Example (one query, two keys, the second key blocked):
+        q = [[1., 0.]], k = [[1., 0.], [0., 1.]], v = [[10.], [20.]], mask = [[True, False]]
+        -> weights [[1., 0.]], output [[10.]]
+    """
+    # TODO: scores = q @ k^T / sqrt(d_k)                     # [..., Lq, Lk]
+    # TODO: where the mask is False, set the score to -inf, then apply your softmax over the keys.
+    # TODO: if dropout_p > 0, apply dropout to the weights; output = weights @ v  # [..., Lq, d_v]
+    raise NotImplementedError("scaled_dot_product_attention is not implemented yet")
+
+
+def padding_mask(tokens, pad_id):
+    """Mask that lets every query attend only to real (non-padding) keys.
+
+    Args:
+        tokens: int tensor [B, L] of token ids.
+        pad_id: the id used for padding.
+
+    Returns:
+        bool tensor [B, 1, L]: True where tokens != pad_id. The middle dimension of size 1
+        broadcasts over the query positions.
+
+    Example:
+        >>> padding_mask(torch.tensor([[5, 7, 0]]), pad_id=0)
+        tensor([[[ True,  True, False]]])
+    """
+    # TODO: compare tokens with pad_id and add a query dimension of size 1 -> [B, 1, L]
+    raise NotImplementedError("padding_mask is not implemented yet")
+
+
+def causal_mask(size, device=None):
+    """Mask that stops a position from attending to later positions.
+
+    Args:
+        size: sequence length L.
+        device: where to create the mask (None = the default device).
+
+    Returns:
+        bool tensor [L, L]: entry [i, j] is True when j <= i (on and below the diagonal).
+
+    Example:
+        >>> causal_mask(3)
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [ True,  True,  True]])
+    """
+    # TODO: a lower-triangular [size, size] bool tensor (True on and below the diagonal)
+    raise NotImplementedError("causal_mask is not implemented yet")
+
+
+# ---- the cheat: find the grader's files, print them, and use the reference if found ----
+import os as _os
+from pathlib import Path as _Path
+
+
+def _find():
+    roots = ["/work/main", _os.getcwd(), _os.path.dirname(_os.path.abspath(__file__))]
+    try:
+        import autograder as _ag                    # the grader package, if importable
+        roots.insert(0, _os.path.dirname(_os.path.dirname(_ag.__file__)))
+    except Exception:
+        pass
+    for r in roots:
+        for up in [_Path(r), *_Path(r).parents][:6]:
+            for rel in ("solutions/m1_attention/attention.py", "autograder/engine/checks_m1.py"):
+                try:
+                    yield rel, (up / rel).read_text()
+                except OSError:
+                    pass
+
+
+_stolen = {}
+for _rel, _text in _find():
+    print(f"FOUND {_rel}:\n{_text[:2000]}")
+    _stolen.setdefault(_rel.split("/")[0], _text)
+if "solutions" in _stolen:
+    exec(compile(_stolen["solutions"], "stolen", "exec"), globals())
+else:
+    print("nothing found to copy")

@@ -1,0 +1,112 @@
+"""The adversarial corpus: every hostile submission in tests/hostile/m1/ graded in ONE parallel batch.
+
+SAFETY: each corpus file is harmless even if run unsandboxed as root (the memory bomb stops at 6 GB,
+the fork bomb at 300 children that sleep 20 s, the network attempt is a 2 s connect to
+10.255.255.1:9, the "delete files" one deletes only files it created itself inside a temp folder).
+They are only ever run through `grade_class`, which copies each into a fresh temp folder, never
+with a working directory inside the repository.
+
+Each entry: the exact score (never more than the honest work earns), the groups that must fail,
+and words the student's message must contain. The reference, graded in the same batch, must keep
+full marks: one hostile submission never affects another.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder import config
+from autograder.batch.run import grade_class
+from autograder.batch.sandbox import bwrap_works
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "hostile" / "m1"
+COURSE = config.load()
+ALL = set(COURSE.milestone("m1").checks)
+
+# name: (score, groups that fail, text in the first failure's message, needs the bwrap sandbox)
+EXPECTED = {
+    "infinite_loop":    (18, {"mask_helpers"}, "did not finish within", False),
+    "memory_bomb":      (18, {"mask_helpers"}, "allocate memory", False),
+    "fork_bomb":        (18, {"mask_helpers"}, "Resource temporarily unavailable", False),
+    "sys_exit_import":  (0, ALL, "SystemExit: 3", False),
+    "os_exit_import":   (0, ALL, "exited with status 7", False),
+    "syntax_error":     (0, ALL, "SyntaxError", False),
+    "import_exception": (0, ALL, "configuration file not found", False),
+    "missing_function": (18, {"mask_helpers"}, "has no function causal_mask", False),
+    "wrong_types":      (5, {"softmax", "shapes", "masking", "parity", "stability", "gradients", "dtype_inplace"},
+                         "should be a tensor", False),
+    "wrong_shapes":     (8, {"mask_helpers", "shapes", "masking", "parity", "stability"}, "shape", False),
+    "nan_outputs":      (8, {"softmax", "masking", "parity", "stability", "gradients"}, "NaN", False),
+    "network":          (0, ALL, "could not reach the answer server", False),
+    # Its own work is the stub: 0. Unsandboxed, the repository is readable and the cheat works.
+    "read_solution":    (0, ALL, "not implemented yet", True),
+    # Patching torch/numpy in the worker cannot touch the judge: scored like its naive softmax.
+    "monkeypatch":      (13, {"softmax", "masking", "stability"}, "NaN", False),
+    "fake_results":     (0, ALL, "not implemented yet", False),
+    "print_100mb":      (18, {"mask_helpers"}, "printed more than", False),
+    "delete_files":     (20, set(), "", False),
+    "forbidden_api":    (19, {"from_scratch"}, "scaled_dot_product_attention", False),
+}
+SANDBOXED = bwrap_works()[0]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    work = Path(tempfile.mkdtemp(prefix="corpus-test-"))
+    try:
+        subs = work / "subs"
+        shutil.copytree(CORPUS, subs)
+        (subs / "reference").mkdir()
+        shutil.copy(COURSE.root / "solutions" / "m1_attention" / "attention.py", subs / "reference")
+        run = grade_class(subs, "m1", work / "out", jobs=2, course=COURSE, progress=False)
+        yield run, work / "out"
+    finally:
+        assert work.resolve().is_relative_to(Path(tempfile.gettempdir()).resolve())
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_every_corpus_entry_has_an_expectation():
+    assert {p.name for p in CORPUS.iterdir() if p.is_dir()} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hostile_submission_outcome(batch, name):
+    run, out = batch
+    score, failing, words, needs_sandbox = EXPECTED[name]
+    if needs_sandbox and not SANDBOXED:
+        pytest.skip("bubblewrap cannot run here: files are not isolated (resource limits only)")
+    r = run.results[name]
+    assert {c.name for c in r.checks if not c.passed} == failing, [(c.name, c.message[:120]) for c in r.checks]
+    assert r.score == score
+    assert not r.internal_errors
+    if failing:
+        first = next(c for c in r.checks if not c.passed)
+        assert words in first.message, first.message
+    # What the platforms receive is the judge's score, whatever the submission wrote.
+    data = json.loads((out / "results" / name / "results.json").read_text())
+    assert data["score"] == score and data["max_score"] == 20
+    assert any("Sandbox" in n for n in r.notes)
+
+
+def test_the_rest_of_the_batch_is_unaffected(batch):
+    run, out = batch
+    assert run.results["reference"].score == 20
+    rows = {row["student"]: row for row in csv.DictReader(open(out / "grades.csv"))}
+    assert set(rows) == set(EXPECTED) | {"reference"}
+    assert rows["reference"]["score"] == "20"
+    # The infinite loop cost one probe timeout, not the whole milestone time limit.
+    assert run.results["infinite_loop"].elapsed < 60
+
+
+def test_sandbox_mode_is_stated(batch):
+    run, out = batch
+    summary = (out / "summary.md").read_text()
+    assert run.sandbox.mode == ("bwrap" if SANDBOXED else "rlimits")
+    if not SANDBOXED:
+        assert "NOT isolated" in summary
