@@ -1,0 +1,104 @@
+"""course.yaml validation, stub generation, and the derived tree being up to date and leak-free."""
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from autograder import build, config, markers
+from conftest import COURSE
+
+
+def test_build_check_is_clean():
+    assert build.check(COURSE) == [], "run `course build` and commit the result"
+
+
+def test_nothing_hidden_reaches_students():
+    hidden = ["BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "### TODO:", "checks_m1", "checks_m2", "REGISTRY"]
+    for path in (COURSE.root / "assignments").rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and ".pytest_cache" not in path.parts:
+            text = path.read_text(errors="replace")
+            for needle in hidden:
+                assert needle not in text, f"{path} contains {needle!r}"
+
+
+@pytest.mark.parametrize("m", COURSE.milestones, ids=lambda m: m.id)
+def test_stub_keeps_the_api_and_solves_nothing(m):
+    for f in m.files:
+        ref = ast.parse((COURSE.root / "solutions" / m.folder / f).read_text())
+        stub_text = (COURSE.root / "assignments" / m.folder / f).read_text()
+        stub = ast.parse(stub_text)
+
+        def signatures(tree):
+            return {n.name: ast.dump(n.args) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+        assert signatures(ref) == signatures(stub), "the stub must keep every name and signature"
+        for node in ast.walk(stub):
+            if isinstance(node, ast.FunctionDef):
+                assert "NotImplementedError" in ast.unparse(node), f"{node.name} in the stub solves something"
+        assert "# TODO:" in stub_text
+
+
+def test_markers_round_trip():
+    src = textwrap.dedent('''\
+        def f(x):
+            """Doc."""
+            ### BEGIN SOLUTION
+            ### TODO: return twice x
+            return 2 * x
+            ### END SOLUTION
+        ''')
+    stub = markers.make_stub(src)
+    assert "# TODO: return twice x" in stub and 'raise NotImplementedError("f is not implemented yet")' in stub
+    assert "2 * x" not in stub
+    ref = markers.make_reference(src)
+    assert "return 2 * x" in ref and "###" not in ref
+
+
+@pytest.mark.parametrize("src, needle", [
+    ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
+    ("x = 1\n### END SOLUTION\n", "without a"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "inside another region"),
+])
+def test_bad_markers_are_reported(src, needle):
+    with pytest.raises(markers.MarkerError, match=needle):
+        markers.make_stub(src, "x.py")
+
+
+BASE = """
+title: T
+grading: {seed: 1, startup_timeout: 30}
+milestones:
+  - id: m1
+    folder: m1_a
+    files: [a.py]
+    time_limits: {probe: 5, total: 50}
+    checks: {shapes: 2}
+"""
+
+
+@pytest.mark.parametrize("change, needle", [
+    (("seed: 1", "seed: one"), "grading.seed: expected int"),
+    (("    files: [a.py]\n", ""), "milestones[0] (m1): missing key 'files'"),
+    (("checks: {shapes: 2}", "checks: {shapes: 0}"), "checks.shapes: expected a positive whole number"),
+    (("probe: 5", "probe: 500"), "expected 0 < probe <= total"),
+    (("files: [a.py]", "files: [a.py]\n    depends_on: [m7]"), "depends_on: 'm7' is not an earlier milestone"),
+    (("id: m1", "id: first"), "expected 'm' followed by a number"),
+    (("title: T\n", "title: [T\n"), "not valid YAML"),
+])
+def test_bad_course_yaml_names_the_key(tmp_path, change, needle):
+    p = tmp_path / "course.yaml"
+    p.write_text(BASE.replace(*change))
+    with pytest.raises(config.ConfigError) as e:
+        config.load(p)
+    assert needle in str(e.value)
+
+
+def test_course_facts_come_from_course_yaml():
+    m2 = COURSE.milestone("m2")
+    assert [d.id for d in COURSE.dependencies(m2)] == ["m1"]
+    assert COURSE.milestone("m1").max_score == sum(COURSE.milestone("m1").checks.values())
+    readme = (COURSE.root / "assignments" / m2.folder / "README.md").read_text()
+    for name, points in m2.checks.items():
+        assert f"| {name} | {points} |" in readme
