@@ -125,10 +125,15 @@ class Tester:
             self.fail(f"{what} should return a pair (output, weights), but it returned {describe(value)}.")
         return tuple(value)
 
-    def expect_close(self, actual, expected: torch.Tensor, what: str, diagnose=()):
-        """Compare with dtype-based tolerances. `diagnose`: (explanation, tensor a known mistake gives)."""
+    def expect_close(self, actual, expected: torch.Tensor, what: str, diagnose=(), atol=None):
+        """Compare with dtype-based tolerances.
+
+        `diagnose`: (explanation, tensor a known mistake gives); a None tensor is a general hint,
+        given when no specific mistake matches.
+        """
         actual = self.expect_tensor(actual, what, shape=expected.shape)
-        atol, rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        default_atol, rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        atol = default_atol if atol is None else atol
         a = actual.to(torch.float64)
         e = expected.to(torch.float64)
         if torch.allclose(a, e, atol=atol, rtol=rtol, equal_nan=False):
@@ -139,13 +144,20 @@ class Tester:
         else:
             diff = (a - e).abs().nan_to_num(float("inf"))
             idx = tuple(torch.nonzero(diff == diff.max())[0].tolist())
-            message = (f"{what} is wrong: the largest difference is {diff.max().item():.3g} at index "
-                       f"{list(idx)} (expected {e[idx].item():.6g}, got {a[idx].item():.6g}).")
-        for explanation, variant in diagnose:
-            if variant is not None and variant.shape == a.shape and torch.allclose(
-                    a, variant.to(torch.float64), atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True):
-                message += f" Likely cause: {explanation}"
-                break
+            message = (f"{what} does not match the expected values: the largest difference is "
+                       f"{diff.max().item():.3g} at index {list(idx)} (expected {e[idx].item():.6g}, "
+                       f"got {a[idx].item():.6g}).")
+        # Name a likely cause only when exactly one known mistake reproduces the answer; several
+        # matching (e.g. any scaling gives one-hot weights at huge logits) means we cannot tell.
+        matches = [text for text, variant in diagnose if variant is None or (
+            variant.shape == a.shape and torch.allclose(a, variant.to(torch.float64), atol=max(atol, 1e-6),
+                                                        rtol=max(rtol, 1e-5), equal_nan=True))]
+        general = [text for text, variant in diagnose if variant is None]
+        specific = [m for m in matches if m not in general]
+        if len(specific) == 1:
+            message += f" Likely cause: {specific[0]}"
+        elif not specific and general:
+            message += f" A common cause: {general[0]}"
         self.fail(message)
 
     def expect_allowed(self, record: dict | None, func: str):

@@ -9,9 +9,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import Tester, group, shape_str
+from .checks import CheckFailed, Tester, group, shape_str
 
 MHA = "MultiHeadAttention"
+MASK_HEADS_HINT = ("a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) before it "
+                   "meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.")
 PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
 
@@ -77,7 +79,12 @@ def mask_cases(t: Tester, B, Lq, Lk):
 
 def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias=True):
     params = random_params(t, d_model, bias, dtype=query.dtype)
-    reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias)
+    try:
+        reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias)
+    except CheckFailed as e:
+        if mask is not None and mask.dim() == 3 and "must match the size" in str(e):
+            t.fail(f"{e}\nLikely cause: {MASK_HEADS_HINT}")
+        raise
     what = (f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) on query {shape_str(query.shape)}, "
             f"key/value {shape_str(key.shape)} with {label}")
     want, want_w, _ = reference_mha(params, d_model, heads, query, key, value, mask)
@@ -85,9 +92,7 @@ def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias
     t.expect_tensor(got, f"The output of {what}", shape=want.shape)
     hints = []
     if mask is not None and mask.dim() == 3 and mask.size(0) > 1:
-        hints.append(("a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) "
-                      "before it meets the scores [B, H, Lq, Lk]; without it, it lines up the batch with "
-                      "the heads.", None))
+        hints.append((MASK_HEADS_HINT, None))
     t.expect_close(got, want, f"The output of {what}", hints)
     return reply, want_w, what
 
@@ -184,6 +189,14 @@ def dropout(t: Tester):
     if torch.allclose(out, want, atol=1e-9):
         t.fail(f"{what} in training mode gives exactly the eval result: attention dropout with p=0.5 should "
                f"change the output while training (pass dropout_p to scaled_dot_product_attention).")
+    # Dropout belongs on the attention weights (the paper's "attention dropout"): with no mask, only
+    # dropout can make a weight exactly 0, and the weights kept are those attention used.
+    w = t.expect_tensor(tr["attrs"][0]["attn_weights"], f"`self.attn_weights` of {what} in training mode",
+                        shape=(B, H, L, L))
+    if not (w == 0).any():
+        t.fail(f"In training mode, {what} should drop attention weights (about half of them become 0), but "
+               f"`self.attn_weights` has no zeros: apply dropout to the attention weights (dropout_p of "
+               f"scaled_dot_product_attention), not to the output, and store the weights it returns.")
     tr0 = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, train=True)
     t.expect_close(tr0["outputs"][0], want, "The output of MultiHeadAttention(dropout=0.0) in training mode")
 
@@ -250,10 +263,13 @@ def init_errors(t: Tester):
         reply = t.module(MHA, (8, 2), {"bias": bias})
         names = {f"{p}.weight" for p in PROJECTIONS} | ({f"{p}.bias" for p in PROJECTIONS} if bias else set())
         got = set(reply["params"])
-        if got != names:
-            t.fail(f"MultiHeadAttention(8, 2, bias={bias}) should have exactly the parameters "
+        missing = names - got
+        extra_bias = {n for n in got - names if not bias and n.startswith("w_") and n.endswith(".bias")}
+        if missing or extra_bias:
+            t.fail(f"MultiHeadAttention(8, 2, bias={bias}) should have the parameters "
                    f"{', '.join(sorted(names))}; it has {', '.join(sorted(got)) or 'none'}. Use four "
                    f"nn.Linear(d_model, d_model, bias=bias) named w_q, w_k, w_v, w_o.")
-        for name, value in reply["params"].items():
+        for name in sorted(names):
+            value = reply["params"][name]
             want = (8, 8) if name.endswith("weight") else (8,)
             t.expect_tensor(value, f"Parameter `{name}`", shape=want)

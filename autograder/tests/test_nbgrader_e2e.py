@@ -1,0 +1,290 @@
+"""End to end with the real nbgrader: release m1 and m2, autograde a class of fake students, check every
+student's per-cell scores, the per-check export, and that feedback shows no hidden code.
+
+The class (one of each, per milestone): correct (written answers filled in), blank (the stub),
+partly wrong, corrupted notebook JSON, a deleted graded cell, an infinite loop in one function, and
+a student file named like the grader's package that would fake full marks if it were imported.
+Every fake submission is harmless code (no file access beyond its own module, no network).
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("nbgrader") is None,
+                                reason="nbgrader not installed (pip install -e '.[instructor]')")
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+# Low enough that a notebook stuck in student code gives up quickly, high enough for the first hidden
+# cell, which grades the whole milestone (the engine's 10 s probe limit stops the loop student).
+CELL_TIMEOUT = 150
+
+FAKE_GRADER = '''"""A student's file named like the grader: if it were imported, every check would pass."""
+import sys
+import types
+
+def run_check(*args, **kwargs):
+    print("check passed: full marks")
+
+nbgrade = types.ModuleType("autograder.nbgrade")
+nbgrade.run_check = run_check
+sys.modules["autograder.nbgrade"] = nbgrade
+__path__ = []
+'''
+
+M1_CHECKS = ["softmax", "mask_helpers", "shapes", "masking", "parity", "stability", "gradients",
+             "vectorization", "from_scratch", "dtype_inplace"]
+M2_CHECKS = ["shapes", "split_merge", "parity", "head_weights", "dropout", "gradients", "vectorization",
+             "from_scratch", "init_errors"]
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JUPYTER_PATH", "JUPYTER_CONFIG_DIR")}
+    env["PATH"] = os.pathsep.join([str(Path(PY).parent), env.get("PATH", "")])
+    env["MPLBACKEND"] = "Agg"
+    return env
+
+
+def run(cwd, *args, check=True):
+    p = subprocess.run(list(args), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=900)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+# ---- fake students ----------------------------------------------------------------------------
+
+def reference(course: Path, rel: str) -> str:
+    sys.path.insert(0, str(course))
+    try:
+        from autograder import markers
+    finally:
+        sys.path.pop(0)
+    return markers.make_reference((course / "solutions" / rel).read_text())
+
+
+def mutate(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"mutation anchor not found once: {old!r}"
+    return text.replace(old, new)
+
+
+def m1_code(course):
+    ref = reference(course, "m1_attention/attention.py")
+    stub = (course / "assignments/m1_attention/attention.py").read_text()
+    wrong = mutate(ref, "e = torch.exp(x - x_max)", "e = torch.exp(x)")        # overflows: stability
+    loop = mutate(ref, "    return torch.ones(size, size, dtype=torch.bool, device=device).tril()",
+                  "    while True:\n        pass")                                  # causal_mask never returns
+    return ref, stub, wrong, loop
+
+
+def m2_code(course):
+    ref = reference(course, "m2_multihead/multihead.py")
+    stub = (course / "assignments/m2_multihead/multihead.py").read_text()
+    wrong = mutate(ref, "return x.reshape(B, L, num_heads, d_k).transpose(1, 2)",
+                   "return x.reshape(B, num_heads, L, d_k)")                      # mixes positions across heads
+    loop = mutate(ref, 'raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")',
+                  "while True:\n                pass")                            # hangs instead of raising
+    return ref, stub, wrong, loop
+
+
+def answer_all(nb: dict) -> dict:
+    for cell in nb["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("solution") and cell["cell_type"] == "markdown":
+            cell["source"] = "My answer: the scores grow like sqrt(d_k), so the softmax saturates."
+    return nb
+
+
+def drop_cell(nb: dict, grade_id: str) -> dict:
+    before = len(nb["cells"])
+    nb["cells"] = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") != grade_id]
+    assert len(nb["cells"]) == before - 1
+    return nb
+
+
+def make_class(course: Path, mid: str, folder: str, module: str, code, dropped: str) -> None:
+    ref, stub, wrong, loop = code
+    released = json.loads((course / "assignments" / folder / f"{folder}.ipynb").read_text())
+
+    def student(name, source, nb, extra=None):
+        d = course / "submitted" / f"{mid}_{name}" / folder
+        d.mkdir(parents=True)
+        (d / module).write_text(source)
+        (d / f"{folder}.ipynb").write_text(nb if isinstance(nb, str) else json.dumps(nb))
+        for fname, text in (extra or {}).items():
+            (d / fname).write_text(text)
+
+    fresh = lambda: json.loads(json.dumps(released))   # noqa: E731
+    student("correct", ref, answer_all(fresh()))
+    student("blank", stub, fresh())
+    student("partly", wrong, fresh())
+    student("corrupt", ref, json.dumps(answer_all(fresh()))[:5000])
+    student("deleted", ref, drop_cell(fresh(), dropped))
+    student("loop", loop, fresh())
+    student("shadow", wrong, fresh(), {"autograder.py": FAKE_GRADER})
+
+
+def expected(checks, lost):
+    return {c: 0 if c in lost else None for c in checks}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A fresh course directory built and released the way the README tells instructors to."""
+    t0 = time.monotonic()
+    root = tmp_path_factory.mktemp("course")
+    ignore = shutil.ignore_patterns("__pycache__", "tests", "samples", "batch")
+    shutil.copytree(ROOT / "autograder", root / "autograder", ignore=ignore)
+    shutil.copytree(ROOT / "solutions", root / "solutions", ignore=shutil.ignore_patterns("__pycache__"))
+    for f in ("course.yaml", "nbgrader_config.py"):
+        shutil.copy(ROOT / f, root / f)
+    for mid in ("m1", "m2"):
+        run(root, PY, "-m", "autograder.cli", "release", mid)
+    run(root, PY, "-m", "autograder.cli", "build", "--check")
+    t_release = time.monotonic()
+    make_class(root, "m1", "m1_attention", "attention.py", m1_code(root), dropped="masking")
+    make_class(root, "m2", "m2_multihead", "multihead.py", m2_code(root), dropped="parity")
+    # The two milestones are graded by two nbgrader processes at once (one gradebook), as an
+    # instructor may; each is nbgrader's usual sequential loop over students.
+    procs = [subprocess.Popen([PY, "-m", "nbgrader", "autograde", folder, "--force",
+                               f"--Execute.timeout={CELL_TIMEOUT}"], cwd=root, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for folder in ("m1_attention", "m2_multihead")]
+    logs = [p.communicate(timeout=1200)[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    (root / "autograde.log").write_text("\n".join(logs))
+    t1 = time.monotonic()
+    run(root, PY, "-m", "nbgrader", "generate_feedback", "m1_attention", "--force")
+    run(root, PY, "-m", "nbgrader", "generate_feedback", "m2_multihead", "--force")
+    t2 = time.monotonic()
+    print(f"\nnbgrader e2e: release {t_release - t0:.1f} s, autograde {t1 - t_release:.1f} s, "
+          f"feedback {t2 - t1:.1f} s")
+    return root, codes, logs
+
+
+def cell_scores(root: Path, folder: str, student: str) -> dict:
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        nb = gb.find_submission_notebook(folder, folder, student)
+        return {g.name: (g.score, g.needs_manual_grade) for g in nb.grades}
+
+
+CASES = {
+    # student: (milestone, folder, auto-graded cells that lose their points)
+    "m1_correct": ("m1_attention", M1_CHECKS, set()),
+    "m1_blank": ("m1_attention", M1_CHECKS, set(M1_CHECKS)),
+    "m1_partly": ("m1_attention", M1_CHECKS, {"stability"}),
+    "m1_deleted": ("m1_attention", M1_CHECKS, set()),
+    "m1_loop": ("m1_attention", M1_CHECKS, {"mask_helpers"}),
+    "m1_shadow": ("m1_attention", M1_CHECKS, {"stability"}),
+    "m2_correct": ("m2_multihead", M2_CHECKS, set()),
+    "m2_blank": ("m2_multihead", M2_CHECKS, set(M2_CHECKS)),
+    "m2_partly": ("m2_multihead", M2_CHECKS, None),   # filled in below from the engine itself
+    "m2_deleted": ("m2_multihead", M2_CHECKS, set()),
+    "m2_loop": ("m2_multihead", M2_CHECKS, {"init_errors"}),
+    "m2_shadow": ("m2_multihead", M2_CHECKS, None),
+}
+
+
+def _points(root: Path, folder: str) -> tuple[dict, list]:
+    sys.path.insert(0, str(root))
+    try:
+        from autograder import config
+    finally:
+        sys.path.pop(0)
+    m = next(x for x in config.load(root / "course.yaml").milestones if x.folder == folder)
+    return dict(m.checks), [w.id for w in m.written]
+
+
+def test_autograde_scores_every_student_exactly(course):
+    root, codes, logs = course
+    # Some students failed (corrupted notebooks), so nbgrader exits 1; it must still grade the others.
+    assert codes == [1, 1], logs
+    for name, (folder, checks, lost) in CASES.items():
+        if lost is None:
+            continue
+        points, written = _points(root, folder)
+        got = cell_scores(root, folder, name)
+        want = {c: (0.0 if c in lost else float(points[c]), False) for c in checks}
+        for w in written:
+            # Filled-in answers wait for a human; untouched "YOUR ANSWER HERE" cells score 0 at once.
+            want[w] = (0.0, name.endswith("_correct"))
+        assert got == want, f"{name}: {got}"
+
+
+def test_partly_wrong_m2_matches_course_grade(course):
+    """The nbgrader cell scores equal what `course grade` gives the same file, group by group."""
+    root, _, _ = course
+    sub = root / "submitted" / "m2_partly" / "m2_multihead"
+    out = run(root, PY, "-m", "autograder.cli", "grade", str(sub), "-m", "m2", "--json", str(root / "r.json"))
+    engine = {t["name"]: float(t["score"]) for t in json.loads((root / "r.json").read_text())["tests"]}
+    assert 0 < sum(engine.values()) < sum(_points(root, "m2_multihead")[0].values()), out.stdout
+    for name in ("m2_partly", "m2_shadow"):   # the shadow student submits the same wrong code
+        got = cell_scores(root, "m2_multihead", name)
+        assert {k: got[k][0] for k in engine} == engine, name
+
+
+def test_corrupted_notebook_gets_no_autograde(course):
+    root, _, logs = course
+    for folder, name in (("m1_attention", "m1_corrupt"), ("m2_multihead", "m2_corrupt")):
+        scores = cell_scores(root, folder, name)
+        assert all(score in (None, 0, 0.0) for score, _ in scores.values()), scores
+    assert "m1_corrupt" in logs[0] and "m2_corrupt" in logs[1]
+
+
+def test_deleted_cell_is_restored_and_graded(course):
+    root, _, _ = course
+    nb = json.loads((root / "autograded/m1_deleted/m1_attention/m1_attention.ipynb").read_text())
+    restored = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "masking"]
+    assert len(restored) == 1 and "was missing from the submission" in "".join(restored[0]["source"])
+
+
+def test_export_per_check_scores(course):
+    root, _, _ = course
+    run(root, PY, "-m", "autograder.cli", "export-scores", "m1", "-o", "m1.csv")
+    rows = {r["student_id"]: r for r in csv.DictReader((root / "m1.csv").open())}
+    assert set(rows) >= {f"m1_{s}" for s in ("correct", "blank", "partly", "corrupt", "deleted", "loop", "shadow")}
+    assert rows["m1_correct"]["autograded"] == "20" and rows["m1_correct"]["softmax"] == "2"
+    assert "needs manual grading: why_scale" in rows["m1_correct"]["status"] or \
+        "needs manual grading" in rows["m1_correct"]["status"]
+    assert rows["m1_partly"]["stability"] == "0" and rows["m1_partly"]["total"] == "18"
+    assert rows["m1_loop"]["mask_helpers"] == "0"
+    assert rows["m1_corrupt"]["total"] == "0" and "not autograded" in rows["m1_corrupt"]["status"]
+    # nbgrader's own export command uses the same per-check plugin (nbgrader_config.py).
+    run(root, PY, "-m", "nbgrader", "export", "--to", "all")
+    header = next(csv.reader((root / "all-m2_multihead.csv").open()))
+    assert header[:1 + len(M2_CHECKS)] == ["student_id", *M2_CHECKS]
+
+
+FORBIDDEN_IN_FEEDBACK = ["HIDDEN TESTS", "run_check", "find_spec", "autograder.nbgrade", "INSTRUCTOR",
+                         "Traceback", "engine/", "checks_m1", "checks_m2", "expected_weights"]
+
+
+def test_feedback_shows_no_hidden_code_or_grader_traceback(course):
+    root, _, _ = course
+    pages = sorted((root / "feedback").rglob("*.html"))
+    assert len(pages) >= 10, pages
+    for page in pages:
+        html = page.read_text()
+        leaked = [s for s in FORBIDDEN_IN_FEEDBACK if s in html]
+        assert not leaked, f"{page.relative_to(root)} shows {leaked}"
+    partly = (root / "feedback/m1_partly/m1_attention/m1_attention.html").read_text()
+    assert "check `stability` failed" in partly      # the student still learns what went wrong
+
+
+def test_released_folders_hold_no_solution(course):
+    root, _, _ = course
+    for f in (root / "assignments").rglob("*"):
+        if f.is_file():
+            text = f.read_text()
+            assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, f
