@@ -47,16 +47,28 @@ WorkerFactory = Callable[[list[Path]], Worker]
 
 
 class _WorkerPool:
-    """At most one live worker; a lost one is replaced on the next request."""
+    """At most one live worker; a lost one is replaced on the next request.
 
-    def __init__(self, folders: list[Path], factory: WorkerFactory):
-        self.folders, self.factory, self.worker = folders, factory, None
+    Each new worker first imports the student's modules. If that kills or hangs the worker, every
+    later check would fail the same way, so the reason is kept and no new worker is started.
+    """
+
+    def __init__(self, folders: list[Path], factory: WorkerFactory, modules: tuple[str, ...], timeout: float):
+        self.folders, self.factory, self.modules, self.timeout = folders, factory, modules, timeout
+        self.worker: Worker | None = None
+        self.import_lost: WorkerLost | None = None
 
     def get(self) -> Worker:
+        if self.import_lost is not None:
+            raise self.import_lost
         if self.worker is None or not self.worker.alive():
-            if self.worker is not None:
-                self.worker.close()
+            self.close()
             self.worker = self.factory(self.folders)
+            try:
+                self.worker.request({"op": "import", "modules": list(self.modules)}, self.timeout)
+            except WorkerLost as e:
+                self.import_lost = WorkerLost(f"importing your file, {e.reason}", e.kind)
+                raise self.import_lost from None
         return self.worker
 
     def close(self):
@@ -83,7 +95,7 @@ def grade(path: Path | str, milestone_id: str, seed: int | None = None,
     start = time.monotonic()
     results: list[CheckResult] = []
     with prepared(course, m, Path(path)) as (folder, graded):
-        pool = _WorkerPool([folder], factory)
+        pool = _WorkerPool([folder], factory, m.modules, m.probe_timeout)
         session = Session(pool.get, m.probe_timeout, m.forbidden_for)
         try:
             for name, points in m.checks.items():
@@ -109,7 +121,7 @@ def _run_group(name, points, fn, session, m, seed) -> CheckResult:
         result.score = points
     except CheckFailed as e:
         result.message = str(e)
-    except WorkerLost as e:   # the worker could not even start
+    except WorkerLost as e:   # the worker could not start, or died importing the student's file
         result.message = f"Your code could not be run: {e.reason}."
     except Exception:
         result.message = ("The grader could not finish this check on your submission (an unexpected value "
