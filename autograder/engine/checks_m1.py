@@ -222,6 +222,13 @@ def masking(t: Tester):
                    f"all-zero weights (and a zero output), as in F.scaled_dot_product_attention.")
         if (w[blocked] != 0).any():
             leaked = (w[blocked] != 0).sum().item()
+            empty_rows = blocked.all(dim=-1, keepdim=True).expand_as(w)
+            if not (w[blocked & ~empty_rows] != 0).any():
+                t.fail(f"The weights from {what} are not 0 in query rows where every key is masked. Such a "
+                       f"row must get all-zero weights and a zero output (as F.scaled_dot_product_attention "
+                       f"gives). Filling masked scores with a large negative number (like -1e9) spreads the "
+                       f"weight evenly instead: fill with -inf, and make your softmax return zeros for a "
+                       f"row that is all -inf.")
             t.fail(f"The weights from {what} are not exactly 0 at {leaked} masked position(s). Masked keys "
                    f"must get weight exactly 0: set their scores to -inf before the softmax (mask False = "
                    f"blocked).")

@@ -191,9 +191,8 @@ def dropout(t: Tester):
                f"change the output while training (pass dropout_p to scaled_dot_product_attention).")
     # Dropout belongs on the attention weights (the paper's "attention dropout"): with no mask, only
     # dropout can make a weight exactly 0, and the weights kept are those attention used.
-    w = t.expect_tensor(tr["attrs"][0]["attn_weights"], f"`self.attn_weights` of {what} in training mode",
-                        shape=(B, H, L, L))
-    if not (w == 0).any():
+    w = tr["attrs"][0]["attn_weights"]     # its shape and storage are head_weights' business
+    if isinstance(w, torch.Tensor) and not (w == 0).any():
         t.fail(f"In training mode, {what} should drop attention weights (about half of them become 0), but "
                f"`self.attn_weights` has no zeros: apply dropout to the attention weights (dropout_p of "
                f"scaled_dot_product_attention), not to the output, and store the weights it returns.")
