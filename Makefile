@@ -11,7 +11,9 @@ setup: $(STAMP)
 # Reinstall only when the package definition changes.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,instructor]"
+	# nbgrader runs notebooks on the kernel named python3: make it this venv's Python.
+	$(BIN)/python -m ipykernel install --sys-prefix
 	touch $(STAMP)
 
 build: $(STAMP)

@@ -1,0 +1,70 @@
+"""Milestone 2: multi-head attention.
+
+Several attention "heads" run side by side, each on its own d_k = d_model / num_heads slice of
+the projected queries, keys and values, so each head can learn a different pattern.
+
+Shapes: B = batch, L = sequence length, H = num_heads, d_k = d_model // H.
+Masks are boolean, True = may attend (as in milestone 1).
+"""
+import torch
+from torch import nn
+
+from attention import scaled_dot_product_attention
+
+
+def split_heads(x, num_heads):
+    """[B, L, d_model] -> [B, H, L, d_k]: head h holds features h*d_k : (h+1)*d_k.
+
+    Example: with d_model = 4 and num_heads = 2, the features [a, b, c, d] of one position
+    go to head 0 as [a, b] and to head 1 as [c, d].
+    """
+    # TODO: reshape to [B, L, H, d_k] (features h*d_k:(h+1)*d_k become head h), then move
+    # TODO: the head dimension before the length: [B, H, L, d_k]. A plain view to [B, H, L, d_k] mixes positions.
+    raise NotImplementedError("split_heads is not implemented yet")
+
+
+def merge_heads(x):
+    """[B, H, L, d_k] -> [B, L, H*d_k], the inverse of split_heads."""
+    # TODO: move the head dimension back after the length ([B, L, H, d_k]), then flatten the
+    # TODO: last two dimensions. After a transpose, use .reshape (or .contiguous().view).
+    raise NotImplementedError("merge_heads is not implemented yet")
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with four projections: w_q, w_k, w_v (inputs) and w_o (output).
+
+    Args:
+        d_model: model width; must be divisible by num_heads.
+        num_heads: number of heads H; each works on d_k = d_model // H features.
+        dropout: dropout probability on the attention weights, applied in training mode only.
+        bias: whether the four nn.Linear(d_model, d_model) projections have a bias.
+
+    Raises:
+        ValueError: if d_model is not divisible by num_heads.
+    """
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        # TODO: raise ValueError (with a message giving both numbers) unless d_model % num_heads == 0.
+        # TODO: store num_heads and dropout; create w_q, w_k, w_v, w_o = nn.Linear(d_model, d_model, bias=bias).
+        raise NotImplementedError("__init__ is not implemented yet")
+        self.attn_weights = None   # [B, H, Lq, Lk] after each forward pass, for visualisation
+
+    def forward(self, query, key, value, mask=None):
+        """Attend from `query` to `key`/`value`.
+
+        Args:
+            query: [B, Lq, d_model]
+            key:   [B, Lk, d_model]
+            value: [B, Lk, d_model]
+            mask: None or bool, True = may attend, broadcastable to [B, Lq, Lk]: a padding mask
+                  [B, 1, Lk], a causal mask [Lq, Lk], or a combined mask [B, Lq, Lk].
+
+        Returns:
+            [B, Lq, d_model]. Also sets self.attn_weights to the detached weights [B, H, Lq, Lk].
+        """
+        # TODO: project query, key and value, then split each into heads: [B, H, L, d_k].
+        # TODO: a [B, Lq, Lk] or [B, 1, Lk] mask needs a head dimension: mask.unsqueeze(-3) -> [B, 1, Lq, Lk].
+        # TODO: call scaled_dot_product_attention (dropout only when self.training), keep the
+        # TODO: detached weights in self.attn_weights, merge the heads and apply w_o.
+        raise NotImplementedError("forward is not implemented yet")

@@ -1,0 +1,57 @@
+"""Public tests for milestone 2. Run `pytest -q` in this folder.
+
+A useful subset of the grader's checks: shapes, head layout, the ValueError, and one parity test
+against torch.nn.MultiheadAttention. The hidden checks go further (masks, dropout, gradients, loops).
+"""
+import pytest
+import torch
+from torch import nn
+
+from multihead import MultiHeadAttention, merge_heads, split_heads
+
+torch.manual_seed(0)
+
+
+def test_split_heads_layout():
+    x = torch.arange(2 * 3 * 4, dtype=torch.float64).reshape(2, 3, 4)     # [B=2, L=3, d_model=4]
+    got = split_heads(x, 2)
+    assert got.shape == (2, 2, 3, 2), f"expected [B, H, L, d_k] = (2, 2, 3, 2), got {tuple(got.shape)}"
+    assert torch.equal(got[0, 1, 0], x[0, 0, 2:4]), "head 1 of position 0 must hold features 2:4 of position 0"
+
+
+def test_merge_heads_inverts_split():
+    x = torch.randn(2, 5, 12)
+    back = merge_heads(split_heads(x, 3))
+    assert back.shape == x.shape, f"merge_heads should give [B, L, d_model] = {tuple(x.shape)}, got {tuple(back.shape)}"
+    assert torch.equal(back, x), "merge_heads(split_heads(x, H)) should give x back"
+
+
+def test_rejects_indivisible_width():
+    with pytest.raises(ValueError):
+        MultiHeadAttention(10, 3)
+
+
+@pytest.mark.parametrize("lq, lk", [(5, 5), (4, 6)])
+def test_shapes(lq, lk):
+    mha = MultiHeadAttention(8, 2)
+    q, kv = torch.randn(3, lq, 8), torch.randn(3, lk, 8)
+    out = mha(q, kv, kv)
+    assert out.shape == (3, lq, 8), f"expected [B, Lq, d_model] = (3, {lq}, 8), got {tuple(out.shape)}"
+    assert mha.attn_weights.shape == (3, 2, lq, lk), (
+        f"self.attn_weights should be [B, H, Lq, Lk] = (3, 2, {lq}, {lk}), got {tuple(mha.attn_weights.shape)}")
+
+
+def test_matches_pytorch_with_padding_mask():
+    d, h = 8, 2
+    mine = MultiHeadAttention(d, h).double().eval()
+    ref = nn.MultiheadAttention(d, h, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([mine.w_q.weight, mine.w_k.weight, mine.w_v.weight]))
+        ref.in_proj_bias.copy_(torch.cat([mine.w_q.bias, mine.w_k.bias, mine.w_v.bias]))
+        ref.out_proj.weight.copy_(mine.w_o.weight)
+        ref.out_proj.bias.copy_(mine.w_o.bias)
+    x = torch.randn(3, 5, d, dtype=torch.float64)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    got = mine(x, x, x, keep[:, None, :])                          # our masks: True = may attend
+    want, _ = ref(x, x, x, key_padding_mask=~keep)                 # PyTorch's: True = blocked
+    assert torch.allclose(got, want), "output differs from nn.MultiheadAttention given the same weights"
