@@ -117,7 +117,10 @@ def bwrap_prefix(sub: Path, tmp: Path) -> list[str]:
     for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(f):
             args += ["--ro-bind", f, f]
-    made: set[Path] = {Path("/"), Path("/usr")}
+    # The private /tmp goes first: a Python environment that lives under /tmp (a CI checkout there)
+    # is then bound over it below, instead of being hidden by it.
+    args += ["--bind", str(tmp), "/tmp"]
+    made: set[Path] = {Path("/"), Path("/usr"), Path("/tmp")}
     for d in _python_dirs():
         if d.is_relative_to("/usr"):
             continue
@@ -127,9 +130,13 @@ def bwrap_prefix(sub: Path, tmp: Path) -> list[str]:
                 made.add(parent)
         args += ["--ro-bind", str(d), str(d)]
         made.add(d)
-    args += ["--ro-bind", str(sub), "/submission", "--bind", str(tmp), "/tmp",
-             "--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
+    args += ["--ro-bind", str(sub), "/submission", "--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
     return args
+
+
+def mounts_under_tmp(tmp: Path) -> set[Path]:
+    """Where the slot's private /tmp holds mount points of the Python environment (kept by reset)."""
+    return {Path(tmp).resolve() / d.relative_to("/tmp") for d in _python_dirs() if d.is_relative_to("/tmp")}
 
 
 @dataclass
@@ -310,8 +317,8 @@ class Slot:
     # ---- workers ------------------------------------------------------------------------------
     def reset(self, folder: Path):
         """Make the slot hold exactly this submission and an empty private /tmp."""
-        for d in (self.sub, self.tmp):
-            _wipe(d, self.root)
+        _wipe(self.sub, self.root)
+        _wipe(self.tmp, self.root, keep=mounts_under_tmp(self.tmp) if self.sandbox.mode == "bwrap" else set())
         for f in sorted(Path(folder).iterdir()):
             if f.is_file():
                 shutil.copyfile(f, self.sub / f.name)
@@ -368,14 +375,22 @@ class Slot:
             self.server.stderr.close()
 
 
-def _wipe(path: Path, inside: Path):
-    """Empty `path`, which must be a folder inside this batch's own temporary folder."""
+def _wipe(path: Path, inside: Path, keep: set[Path] = frozenset()):
+    """Empty `path`, which must be a folder inside this batch's own temporary folder.
+
+    `keep`: mount points of the sandbox (and the folders leading to them) that must stay.
+    """
     path, inside = Path(path).resolve(), Path(inside).resolve()
     tmp = Path(tempfile.gettempdir()).resolve()
     if not (path.is_relative_to(inside) and inside.is_relative_to(tmp) and path != inside
             and len(path.parts) > len(tmp.parts) + 1 and ".batch-" in str(path)):
         raise RuntimeError(f"refusing to empty {path}: not a batch grading folder under {tmp}")
     for child in path.iterdir():
+        if child in keep:
+            continue
+        if any(k.is_relative_to(child) for k in keep):
+            _wipe(child, inside, keep)
+            continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
         else:

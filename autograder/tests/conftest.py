@@ -1,10 +1,9 @@
-"""Shared fixtures: grade many submissions once per session, two at a time (grading waits on
-worker subprocesses, so threads overlap well on 2 cores)."""
+"""Shared helpers: the subjects the grader is tested against (reference, stub, mutants, correct
+variants, samples), graded once per session; and grading of one-off submissions given as text."""
 from __future__ import annotations
 
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,6 @@ from autograder.engine.grade import grade
 
 HERE = Path(__file__).resolve().parent
 COURSE = config.load()
-
-
-def subject_folder(milestone: str, source: Path, name: str) -> Path:
-    """A temp folder holding `source` under the milestone's student file name."""
-    m = COURSE.milestone(milestone)
-    folder = Path(tempfile.mkdtemp(prefix=f"subject-{name}-"))
-    shutil.copy(source, folder / m.files[0])
-    return folder
 
 
 def grade_text(milestone: str, text: str, course=None, seed=None, name="case"):
@@ -54,20 +45,26 @@ _cache: dict[str, dict] = {}
 
 
 def graded(milestone: str) -> dict:
-    """Results for every subject of a milestone, graded once per session."""
+    """Results for every subject of a milestone, graded once per session.
+
+    They go through the batch grader (two lanes, torch imported once per lane): the same engine and
+    checks as `course grade`, which test_engine.py exercises on its own.
+    """
     if milestone not in _cache:
-        items = subjects(milestone)
-
-        def one(item):
-            name, path = item
-            folder = subject_folder(milestone, path, name.replace("/", "-"))
-            try:
-                return name, grade(folder, milestone, course=COURSE)
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-
-        with ThreadPoolExecutor(2) as pool:
-            _cache[milestone] = dict(pool.map(one, items.items()))
+        from autograder.batch.run import grade_class
+        m = COURSE.milestone(milestone)
+        staging = Path(tempfile.mkdtemp(prefix=f"subjects-{milestone}-"))
+        try:
+            names = {}
+            for name, path in subjects(milestone).items():
+                folder = staging / "class" / name.replace("/", "__")
+                folder.mkdir(parents=True)
+                shutil.copy(path, folder / m.files[0])
+                names[folder.name] = name
+            run = grade_class(staging / "class", milestone, staging / "out", jobs=2, progress=False, course=COURSE)
+            _cache[milestone] = {names[student]: r for student, r in run.results.items()}
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return _cache[milestone]
 
 

@@ -1,9 +1,11 @@
 """End to end with the real nbgrader: release m1 and m2, autograde a class of fake students, check every
 student's per-cell scores, the per-check export, and that feedback shows no hidden code.
 
-The class (one of each, per milestone): correct (written answers filled in), blank (the stub),
-partly wrong, corrupted notebook JSON, a deleted graded cell, an infinite loop in one function, and
-a student file named like the grader's package that would fake full marks if it were imported.
+The m1 class: correct (written answers filled in), blank (the stub), partly wrong, corrupted notebook
+JSON, a deleted graded cell, an infinite loop in one function, and a student file named like the
+grader's package that would fake full marks if it were imported. The m2 class has the first four:
+the other cases test nbgrader's mechanics, which do not depend on the milestone, and every notebook
+autograded costs CI about 15 s.
 Every fake submission is harmless code (no file access beyond its own module, no network).
 """
 from __future__ import annotations
@@ -25,9 +27,10 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("nbgrader") is None,
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-# Low enough that a notebook stuck in student code gives up quickly, high enough for the first hidden
-# cell, which grades the whole milestone (the engine's 10 s probe limit stops the loop student).
-CELL_TIMEOUT = 150
+# The loop student's visible cells call causal_mask in the kernel itself, so one cell waits for this
+# limit: keep it low. It must still cover the first hidden cell, which grades the whole milestone
+# (about 10 s here; the engine's own 10 s probe limit stops the loop inside the grader).
+CELL_TIMEOUT = 45
 
 FAKE_GRADER = '''"""A student's file named like the grader: if it were imported, every check would pass."""
 import sys
@@ -92,9 +95,7 @@ def m2_code(course):
     stub = (course / "assignments/m2_multihead/multihead.py").read_text()
     wrong = mutate(ref, "return x.reshape(B, L, num_heads, d_k).transpose(1, 2)",
                    "return x.reshape(B, num_heads, L, d_k)")                      # mixes positions across heads
-    loop = mutate(ref, 'raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")',
-                  "while True:\n                pass")                            # hangs instead of raising
-    return ref, stub, wrong, loop
+    return ref, stub, wrong, None                                    # m2 has no loop student
 
 
 def answer_all(nb: dict) -> dict:
@@ -112,11 +113,17 @@ def drop_cell(nb: dict, grade_id: str) -> dict:
     return nb
 
 
-def make_class(course: Path, mid: str, folder: str, module: str, code, dropped: str) -> None:
+M1_CLASS = ("correct", "blank", "partly", "corrupt", "deleted", "loop", "shadow")
+M2_CLASS = ("correct", "blank", "partly", "corrupt")
+
+
+def make_class(course: Path, mid: str, folder: str, module: str, code, dropped: str, names) -> None:
     ref, stub, wrong, loop = code
     released = json.loads((course / "assignments" / folder / f"{folder}.ipynb").read_text())
 
     def student(name, source, nb, extra=None):
+        if name not in names:
+            return
         d = course / "submitted" / f"{mid}_{name}" / folder
         d.mkdir(parents=True)
         (d / module).write_text(source)
@@ -152,8 +159,8 @@ def course(tmp_path_factory):
         run(root, PY, "-m", "autograder.cli", "release", mid)
     run(root, PY, "-m", "autograder.cli", "build", "--check")
     t_release = time.monotonic()
-    make_class(root, "m1", "m1_attention", "attention.py", m1_code(root), dropped="masking")
-    make_class(root, "m2", "m2_multihead", "multihead.py", m2_code(root), dropped="parity")
+    make_class(root, "m1", "m1_attention", "attention.py", m1_code(root), dropped="masking", names=M1_CLASS)
+    make_class(root, "m2", "m2_multihead", "multihead.py", m2_code(root), dropped="parity", names=M2_CLASS)
     # The two milestones are graded by two nbgrader processes at once (one gradebook), as an
     # instructor may; each is nbgrader's usual sequential loop over students.
     procs = [subprocess.Popen([PY, "-m", "nbgrader", "autograde", folder, "--force",
@@ -190,9 +197,6 @@ CASES = {
     "m2_correct": ("m2_multihead", M2_CHECKS, set()),
     "m2_blank": ("m2_multihead", M2_CHECKS, set(M2_CHECKS)),
     "m2_partly": ("m2_multihead", M2_CHECKS, None),   # filled in below from the engine itself
-    "m2_deleted": ("m2_multihead", M2_CHECKS, set()),
-    "m2_loop": ("m2_multihead", M2_CHECKS, {"init_errors"}),
-    "m2_shadow": ("m2_multihead", M2_CHECKS, None),
 }
 
 
@@ -229,9 +233,8 @@ def test_partly_wrong_m2_matches_course_grade(course):
     out = run(root, PY, "-m", "autograder.cli", "grade", str(sub), "-m", "m2", "--json", str(root / "r.json"))
     engine = {t["name"]: float(t["score"]) for t in json.loads((root / "r.json").read_text())["tests"]}
     assert 0 < sum(engine.values()) < sum(_points(root, "m2_multihead")[0].values()), out.stdout
-    for name in ("m2_partly", "m2_shadow"):   # the shadow student submits the same wrong code
-        got = cell_scores(root, "m2_multihead", name)
-        assert {k: got[k][0] for k in engine} == engine, name
+    got = cell_scores(root, "m2_multihead", "m2_partly")
+    assert {k: got[k][0] for k in engine} == engine
 
 
 def test_corrupted_notebook_gets_no_autograde(course):
@@ -273,7 +276,7 @@ FORBIDDEN_IN_FEEDBACK = ["HIDDEN TESTS", "run_check", "find_spec", "autograder.n
 def test_feedback_shows_no_hidden_code_or_grader_traceback(course):
     root, _, _ = course
     pages = sorted((root / "feedback").rglob("*.html"))
-    assert len(pages) >= 10, pages
+    assert len(pages) >= 9, pages   # every student but the corrupted ones (6 for m1, 3 for m2)
     for page in pages:
         html = page.read_text()
         leaked = [s for s in FORBIDDEN_IN_FEEDBACK if s in html]
