@@ -23,12 +23,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import client
-from ..engine.client import Worker, WorkerLost
+from ..engine.client import Worker
 
 SERVER_SOURCE = Path(__file__).with_name("forkserver.py").read_text()
 BASE_UID = 61000          # slot i runs student code as uid BASE_UID + i when the grader is root
@@ -192,36 +191,7 @@ class ForkedWorker(Worker):
 
     def __init__(self, slot: "Slot", folders: list[str], cwd: str, env: dict, startup_timeout: float):
         self.slot = slot
-        self.output_limit = slot.sandbox.limits.output
-        self._output_bytes = 0
-        self._over = False
-        self.proc = slot.spawn(folders, cwd, env)
-        self._tail = bytearray()
-        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
-        self._drain.start()
-        hello = self.request(None, startup_timeout)
-        if not hello.get("ready"):
-            raise WorkerLost("the worker did not start", "protocol")
-
-    def _read_stderr(self):
-        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
-            self._output_bytes += len(chunk)
-            self._tail += chunk
-            if len(self._tail) > 2 * client.STDERR_TAIL:
-                del self._tail[:-client.STDERR_TAIL]
-            if self._output_bytes > self.output_limit and not self._over:
-                self._over = True
-                self.proc.kill()
-
-    def request(self, message, timeout):
-        try:
-            return super().request(message, timeout)
-        except WorkerLost as e:
-            if self._over:
-                mb = self.output_limit / 1024 ** 2
-                raise WorkerLost(f"it printed more than {mb:g} MB of output and was stopped "
-                                 f"(remove large or looping print calls)", "died") from None
-            raise
+        self._attach(slot.spawn(folders, cwd, env), startup_timeout, slot.sandbox.limits.output)
 
     def kill(self):
         if self.proc.poll() is None:
@@ -262,7 +232,7 @@ class Slot:
         self.server = subprocess.Popen(
             [*prefix, sys.executable, "-I", "-B", "-c", SERVER_SOURCE, str(theirs.fileno()), conf],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, env=client._clean_env(), start_new_session=True,
+            stderr=subprocess.PIPE, env=client.clean_env(), start_new_session=True,
             cwd=str(self.tmp))
         theirs.close()
         self._ctrl.settimeout(startup_timeout)
@@ -349,7 +319,7 @@ class Slot:
         """A grade() worker_factory: copy the prepared folder into the slot, fork a worker there."""
         def factory(folders: list[Path]) -> Worker:
             self.reset(folders[0])
-            env = client._clean_env()
+            env = client.clean_env()
             if self.sandbox.mode == "bwrap":
                 inner, cwd = ["/submission"], "/tmp"
             else:

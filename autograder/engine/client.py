@@ -34,12 +34,18 @@ class Worker:
 
     def __init__(self, folders: list[Path], startup_timeout: float = 90.0,
                  command_prefix: list[str] | None = None, env: dict | None = None,
-                 python: str = sys.executable):
+                 python: str = sys.executable, output_limit: int | None = None):
         cmd = [*(command_prefix or []), python, "-I", "-B", "-c", WORKER_SOURCE, *map(str, folders)]
-        self.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env if env is not None else _clean_env(), start_new_session=True,
+            env=env if env is not None else clean_env(), start_new_session=True,
             cwd=str(folders[0]) if folders else None)
+        self._attach(proc, startup_timeout, output_limit)
+
+    def _attach(self, proc, startup_timeout: float, output_limit: int | None):
+        """Start reading the student's output of `proc` and wait for the worker's hello."""
+        self.proc = proc
+        self.output_limit, self._output_bytes, self._over = output_limit, 0, False
         self._tail = bytearray()
         self._drain = threading.Thread(target=self._read_stderr, daemon=True)
         self._drain.start()
@@ -50,9 +56,13 @@ class Worker:
     def _read_stderr(self):
         # Keep only a tail: a submission printing 100 MB must not fill memory or block the pipe.
         for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self._output_bytes += len(chunk)
             self._tail += chunk
             if len(self._tail) > 2 * STDERR_TAIL:
                 del self._tail[:-STDERR_TAIL]
+            if self.output_limit is not None and self._output_bytes > self.output_limit and not self._over:
+                self._over = True
+                self.proc.kill()
 
     def output_tail(self) -> str:
         return bytes(self._tail[-STDERR_TAIL:]).decode("utf-8", "replace")
@@ -72,6 +82,16 @@ class Worker:
 
     def request(self, message: dict | None, timeout: float) -> dict:
         """Send `message` (None: just read) and return the reply, or raise WorkerLost."""
+        try:
+            return self._request(message, timeout)
+        except WorkerLost:
+            if self._over:
+                mb = self.output_limit / 1024 ** 2
+                raise WorkerLost(f"it printed more than {mb:g} MB of output and was stopped "
+                                 f"(remove large or looping print calls)", "died") from None
+            raise
+
+    def _request(self, message: dict | None, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         try:
             if message is not None:
@@ -135,7 +155,7 @@ def _death_reason(code: int | None) -> str:
     return f"the process running your code exited with status {code} (sys.exit or os._exit in your code?)"
 
 
-def _clean_env() -> dict:
+def clean_env() -> dict:
     """A minimal environment: no PYTHONPATH or other variables that would change imports."""
     keep = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT"}
     env = {k: v for k, v in os.environ.items() if k in keep}
