@@ -144,9 +144,8 @@ class Tester:
         else:
             diff = (a - e).abs().nan_to_num(float("inf"))
             idx = tuple(torch.nonzero(diff == diff.max())[0].tolist())
-            message = (f"{what} does not match the expected values: the largest difference is "
-                       f"{diff.max().item():.3g} at index {list(idx)} (expected {e[idx].item():.6g}, "
-                       f"got {a[idx].item():.6g}).")
+            message = (f"{what}: wrong values. The largest difference is {diff.max().item():.3g} at index "
+                       f"{list(idx)} (expected {e[idx].item():.6g}, got {a[idx].item():.6g}).")
         # Name a likely cause only when exactly one known mistake reproduces the answer; several
         # matching (e.g. any scaling gives one-hot weights at huge logits) means we cannot tell.
         matches = [text for text, variant in diagnose if variant is None or (

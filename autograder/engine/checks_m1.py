@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .checks import CheckFailed, Tester, group, shape_str
+from .checks import CheckFailed, Tester, describe, group, shape_str
 
 SDPA = "scaled_dot_product_attention"
 
@@ -168,6 +168,14 @@ def mask_helpers(t: Tester):
             t.fail(f"{what} gives the wrong values: expected True on and below the diagonal.")
     got = t.call("causal_mask", 3, device="cpu")["value"]
     t.expect_tensor(got, "`causal_mask(3, device='cpu')`", shape=(3, 3), dtype=torch.bool)
+    # The "meta" device needs no GPU: a mask created where asked comes back as a meta tensor.
+    got = t.call("causal_mask", 3, device="meta")["value"]
+    if isinstance(got, torch.Tensor):
+        t.fail("`causal_mask(3, device='meta')` returned a tensor on the CPU: create the mask on the "
+               "`device` you are given (torch.ones(..., device=device)), or models on a GPU will fail.")
+    if not (isinstance(got, dict) and got.get("__object__") == "Tensor on meta"):
+        t.fail(f"`causal_mask(3, device='meta')` should return a tensor on that device, but returned "
+               f"{describe(got)}.")
 
 
 @group("m1", "shapes")
@@ -206,6 +214,10 @@ def masking(t: Tester):
     rand[0, 1, 2] = False
     q5, k5, v5 = attention_inputs(t, (B, H), Lq, Lk, d_k, d_v)
     cases.append((q5, k5, v5, rand, "a random mask [3, 2, 5, 7] with a fully masked query row"))
+    # One mask per head [H, Lq, Lk], shared by the batch: plain broadcasting, no unsqueeze needed.
+    per_head = t.rand_bool(H, Lq, Lk)
+    per_head[..., 0] = True
+    cases.append((q5, k5, v5, per_head, "a per-head mask [2, 5, 7] (it broadcasts over the batch)"))
     for q_, k_, v_, mask, label in cases:
         out, w, what = run_attention(t, q_, k_, v_, mask)
         what = f"{what} and {label}"
@@ -353,3 +365,27 @@ def dtype_inplace(t: Tester):
     if not torch.equal(reply["args_after"][0], x):
         t.fail("`softmax` changed its input `x` in place (for example with x -= x.max() or x.exp_()). "
                "Use out-of-place operations so the caller's tensor is left as it was.")
+
+
+@group("m1", "dropout")
+def dropout(t: Tester):
+    p = 0.5
+    q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6)              # 512 weights
+    exp_out, exp_w = expected_attention(q, k, v)
+    what = f"`{SDPA}(q, k, v, dropout_p={p})`"
+    out, w = pair(t, t.call(SDPA, q, k, v, dropout_p=p, seed=5)["value"], q, k, v, what)
+    w = t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
+    dropped = (w == 0)
+    share = dropped.double().mean().item()
+    if share < 0.3 or share > 0.7:
+        t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0; about {p:.0%} should be: "
+               f"drop each attention weight with probability dropout_p (for example with "
+               f"torch.nn.functional.dropout(weights, p=dropout_p)).")
+    kept = ~dropped
+    t.expect_close(w[kept], exp_w[kept] / (1 - p), f"The weights kept by {what}", [
+        ("the weights that survive dropout must be divided by (1 - dropout_p), so the expected output is "
+         "unchanged (F.dropout does this).", exp_w[kept])])
+    t.expect_close(out, w @ v, f"The output from {what}", [
+        ("the output must be computed from the weights after dropout (output = weights @ v).", exp_out)])
+    out0, w0 = pair(t, t.call(SDPA, q, k, v, dropout_p=0.0)["value"], q, k, v, f"`{SDPA}(..., dropout_p=0.0)`")
+    t.expect_close(w0, exp_w, f"The weights from `{SDPA}(q, k, v, dropout_p=0.0)` (no dropout)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import CheckFailed, Tester, group, shape_str
+from .checks import CheckFailed, Tester, describe, group, shape_str
 
 MHA = "MultiHeadAttention"
 MASK_HEADS_HINT = ("a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) before it "
@@ -27,7 +27,12 @@ def random_params(t: Tester, d_model: int, bias: bool = True, dtype=torch.float6
 
 
 def reference_mha(params, d_model, heads, query, key, value, mask=None, grad_output=None):
-    """(output, per-head weights, parameter grads or None) from nn.MultiheadAttention."""
+    """(output, per-head weights, grads or None) from nn.MultiheadAttention.
+
+    grads: parameter name -> gradient, plus "query", "key", "value" -> input gradient.
+    """
+    if grad_output is not None:
+        query, key, value = (x.clone().requires_grad_(True) for x in (query, key, value))
     bias = "w_q.bias" in params
     mha = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True, dtype=query.dtype)
     with torch.no_grad():
@@ -50,6 +55,7 @@ def reference_mha(params, d_model, heads, query, key, value, mask=None, grad_out
         g_in = mha.in_proj_weight.grad
         grads = {"w_q.weight": g_in[:d], "w_k.weight": g_in[d:2 * d], "w_v.weight": g_in[2 * d:],
                  "w_o.weight": mha.out_proj.weight.grad}
+        grads.update(query=query.grad, key=key.grad, value=value.grad)
         if bias:
             gb = mha.in_proj_bias.grad
             grads.update({"w_q.bias": gb[:d], "w_k.bias": gb[d:2 * d], "w_v.bias": gb[2 * d:],
@@ -90,10 +96,7 @@ def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias
     want, want_w, _ = reference_mha(params, d_model, heads, query, key, value, mask)
     got = reply["outputs"][0]
     t.expect_tensor(got, f"The output of {what}", shape=want.shape)
-    hints = []
-    if mask is not None and mask.dim() == 3 and mask.size(0) > 1:
-        hints.append((MASK_HEADS_HINT, None))
-    t.expect_close(got, want, f"The output of {what}", hints)
+    t.expect_close(got, want, f"The output of {what}")
     return reply, want_w, what
 
 
@@ -110,6 +113,17 @@ def shapes(t: Tester):
         t.expect_tensor(reply["outputs"][0], f"The output of {what}", shape=(B, Lq, d_model))
         t.expect_tensor(reply["attrs"][0]["attn_weights"], f"`self.attn_weights` after {what}",
                         shape=(B, heads, Lq, Lk))
+    # Inputs must come back as they went in (a mask.unsqueeze_ would change the caller's mask).
+    q, kv = t.randn(3, 4, 8), t.randn(3, 6, 8)
+    for mask, label in ((torch.ones(3, 1, 6, dtype=torch.bool), "padding mask [3, 1, 6]"),
+                        (torch.ones(3, 4, 6, dtype=torch.bool), "mask [3, 4, 6]")):
+        reply = run_mha(t, 8, 2, q, kv, kv, mask)
+        for name, before, after in zip(("query", "key", "value", "mask"), (q, kv, kv, mask),
+                                       reply["args_after"][0]):
+            if not (isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)):
+                t.fail(f"`MultiHeadAttention.forward` changed its `{name}` argument in place (a {label} "
+                       f"came back as {describe(after)}). Leave inputs as they are: use mask.unsqueeze(1), "
+                       f"not mask.unsqueeze_(1).")
 
 
 @group("m2", "split_merge")
@@ -168,6 +182,11 @@ def head_weights(t: Tester):
     t.expect_tensor(got, f"`self.attn_weights` after {what}", shape=(B, H, Lq, Lk))
     t.expect_close(got, want_w, f"`self.attn_weights` after {what}", [
         ("these are weights averaged over heads or from one head; keep all heads: [B, H, Lq, Lk].", None)])
+    g = t.randn(B, Lq, d_model)
+    reply = run_mha(t, d_model, H, q, k, v, pad, backward=[g])
+    if reply["attrs_require_grad"][0].get("attn_weights"):
+        t.fail("`self.attn_weights` is still attached to the autograd graph (requires_grad=True): store "
+               "weights.detach(), or every forward pass keeps its whole graph alive on the module.")
 
 
 @group("m2", "dropout")
@@ -211,6 +230,13 @@ def gradients(t: Tester):
     if grads is None:
         t.fail(f"No gradient reached the projections: {reply.get('grad_problem')}.")
     _, _, want = reference_mha(params, d_model, H, q, k, v, grad_output=g)
+    inputs = dict(zip(("query", "key", "value"), reply.get("input_grads") or [None] * 3))
+    for name in ("query", "key", "value"):
+        w = want.pop(name)
+        if inputs[name] is None:
+            t.fail(f"No gradient reached the `{name}` input of forward (cross-attention, key != value): "
+                   f"do not .detach() it or compute with it outside autograd.")
+        t.expect_close(inputs[name], w, f"The gradient with respect to the `{name}` input")
     for name, w in want.items():
         got = grads.get(name)
         if got is None:

@@ -227,22 +227,34 @@ def op_module(req):
                                 "traceback": ""}
                     own[k].copy_(v)
         obj.train(bool(req.get("train", False)))
-        outputs, attrs = [], []
+        outputs, attrs, attrs_grad, args_after = [], [], [], []
         want_grad = req.get("backward") is not None
         rec = Recorder(req.get("record", False))
+        args = []
         for call in req.get("calls", []):
             torch.manual_seed(call.get("seed", req.get("seed", 0)))
+            args = list(call.get("args", []))
+            if want_grad:   # input gradients too (e.g. does the key input get one?)
+                args = [a.clone().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                        else a for a in args]
             with torch.set_grad_enabled(want_grad), rec:
-                out = obj(*call.get("args", []), **call.get("kwargs", {}))
+                out = obj(*args, **call.get("kwargs", {}))
             outputs.append(out)
-            attrs.append({a: plain(getattr(obj, a, None)) for a in req.get("attrs", [])})
+            values = {a: getattr(obj, a, None) for a in req.get("attrs", [])}
+            attrs.append({a: plain(v) for a, v in values.items()})
+            attrs_grad.append({a: isinstance(v, torch.Tensor) and v.requires_grad for a, v in values.items()})
+            args_after.append([plain(a) for a in args])
         reply["outputs"] = [plain(o) for o in outputs]
         reply["attrs"] = attrs
+        reply["attrs_require_grad"] = attrs_grad
+        reply["args_after"] = args_after
         reply["record"] = rec.summary()
         if want_grad and outputs:
             ran, why = _backward(_tensors(outputs[-1]), req["backward"])
             reply["grad_problem"] = why
             reply["param_grads"] = ({k: plain(p.grad) for k, p in obj.named_parameters()} if ran else None)
+            reply["input_grads"] = ([plain(a.grad) if isinstance(a, torch.Tensor) else None for a in args]
+                                    if ran else None)
     except NotImplementedError as e:
         return _error("not_implemented", e)
     except Exception as e:

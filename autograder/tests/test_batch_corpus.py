@@ -39,10 +39,11 @@ EXPECTED = {
     "syntax_error":     (0, ALL, "SyntaxError", False),
     "import_exception": (0, ALL, "configuration file not found", False),
     "missing_function": (18, {"mask_helpers"}, "has no function causal_mask", False),
-    "wrong_types":      (5, {"softmax", "shapes", "masking", "parity", "stability", "gradients", "dtype_inplace"},
+    "wrong_types":      (5, {"softmax", "shapes", "masking", "parity", "stability", "gradients", "dtype_inplace",
+                             "dropout"},
                          "should be a tensor", False),
-    "wrong_shapes":     (8, {"mask_helpers", "shapes", "masking", "parity", "stability"}, "shape", False),
-    "nan_outputs":      (8, {"softmax", "masking", "parity", "stability", "gradients"}, "NaN", False),
+    "wrong_shapes":     (8, {"mask_helpers", "shapes", "masking", "parity", "stability", "dropout"}, "shape", False),
+    "nan_outputs":      (7, {"softmax", "masking", "parity", "stability", "gradients", "dropout"}, "NaN", False),
     "network":          (0, ALL, "could not reach the answer server", False),
     # Its own work is the stub: 0. Unsandboxed, the repository is readable and the cheat works.
     "read_solution":    (0, ALL, "not implemented yet", True),
@@ -51,7 +52,8 @@ EXPECTED = {
     "fake_results":     (0, ALL, "not implemented yet", False),
     "print_100mb":      (18, {"mask_helpers"}, "printed more than", False),
     "delete_files":     (20, set(), "", False),
-    "forbidden_api":    (19, {"from_scratch"}, "scaled_dot_product_attention", False),
+    # It also ignores dropout_p (F.scaled_dot_product_attention is called without it).
+    "forbidden_api":    (18, {"from_scratch", "dropout"}, "scaled_dot_product_attention", False),
 }
 SANDBOXED = bwrap_works()[0]
 
