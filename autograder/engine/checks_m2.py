@@ -117,7 +117,10 @@ def shapes(t: Tester):
     q, kv = t.randn(3, 4, 8), t.randn(3, 6, 8)
     for mask, label in ((torch.ones(3, 1, 6, dtype=torch.bool), "padding mask [3, 1, 6]"),
                         (torch.ones(3, 4, 6, dtype=torch.bool), "mask [3, 4, 6]")):
-        reply = run_mha(t, 8, 2, q, kv, kv, mask)
+        try:
+            reply = run_mha(t, 8, 2, q, kv, kv, mask)
+        except CheckFailed:
+            continue   # a forward that cannot take this mask loses its points in parity, not here
         for name, before, after in zip(("query", "key", "value", "mask"), (q, kv, kv, mask),
                                        reply["args_after"][0]):
             if not (isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)):

@@ -91,7 +91,9 @@ class Recorder:
 
 
 def _student_frames(tb):
-    frames = [f for f in traceback.extract_tb(tb) if os.path.realpath(f.filename).startswith(tuple(FOLDERS))]
+    # "<string>" frames are this worker's own code (it runs via -c): never show them.
+    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith("<")
+              and os.path.realpath(f.filename).startswith(tuple(FOLDERS))]
     lines = []
     for f in frames[-6:]:
         lines.append(f'  File "{os.path.basename(f.filename)}", line {f.lineno}, in {f.name}')
