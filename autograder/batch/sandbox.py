@@ -193,21 +193,8 @@ class ForkedWorker(Worker):
         self.slot = slot
         self._attach(slot.spawn(folders, cwd, env), startup_timeout, slot.sandbox.limits.output)
 
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        code = None
-        try:
-            code = self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self._drain.join(timeout=2)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                f.close()
-            except Exception:
-                pass
-        return code
+    def _stop(self):
+        self.proc.kill()   # the fork server kills the worker's session and its uid's processes
 
 
 class Slot:

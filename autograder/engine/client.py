@@ -122,12 +122,16 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def _stop(self):
+        """Kill the worker and everything it started (its own session)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
+
     def kill(self) -> int | None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
+            self._stop()
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
