@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("-m", "--milestone", required=True, help="milestone id from course.yaml, e.g. m1")
     g.add_argument("--json", metavar="FILE", help="also write Gradescope's results.json format to FILE")
     g.add_argument("--seed", type=int, help="seed for the hidden inputs (default: course.yaml grading.seed)")
+    g.add_argument("--sandbox", choices=["auto", "bwrap", "rlimits"], default="auto",
+                   help="auto: bubblewrap when it works, else resource limits only (the report says so); "
+                        "bwrap: fail if bubblewrap cannot run")
     sub.add_parser("demo", help="grade the bundled sample submissions and show one feedback report",
                    description="Grade every sample submission under autograder/samples/ and print "
                                "the grade table and one feedback report.")
@@ -116,15 +119,23 @@ def _nbgrader(course: config.Course, args) -> int:
 
 
 def _grade(course: config.Course, args) -> int:
-    from .engine.grade import grade
-    from .engine.report import feedback, write_gradescope
-    from .engine.submission import SubmissionError
+    from .engine.sandbox import open_slot
+    from .engine.submission import SubmissionError, missing_files
     try:
-        course.milestone(args.milestone)
-        result = grade(Path(args.path), args.milestone, seed=args.seed, course=course)
+        m = course.milestone(args.milestone)
+        path = Path(args.path)
+        if path.is_dir() and not missing_files(path, m):
+            # The sandboxed fork server starts importing torch now, while this process imports it too.
+            with open_slot(args.sandbox, course.startup_timeout) as slot:
+                from .engine.grade import grade
+                result = grade(path, m.id, seed=args.seed, course=course, slot=slot)
+        else:
+            from .engine.grade import grade
+            result = grade(path, m.id, seed=args.seed, course=course)    # raises SubmissionError
     except (SubmissionError, config.ConfigError) as e:
         print(f"course grade: {e}", file=sys.stderr)
         return 2
+    from .engine.report import feedback, write_gradescope
     print(feedback(result))
     if args.json:
         write_gradescope(result, args.json)

@@ -93,25 +93,16 @@ def grade_submission(milestone: str, submission: Path, results: Path, sandbox: s
     from ..engine.report import gradescope
     from .collect import _find_folder
     from .run import _unrunnable
-    from .sandbox import Sandbox, Slot, make_root, remove_root
+    from ..engine.sandbox import Sandbox
     course = config.load()
     m = course.milestone(milestone)
     box = Sandbox.detect(sandbox)
     folder = _find_folder(Path(submission), m)
-    root = make_root()
-    try:
-        if folder is None or any((folder / f).is_symlink() or not (folder / f).is_file() for f in m.files):
-            result = _unrunnable(m, course.seed, f"no {', '.join(m.files)} found in your submission "
-                                                 f"(upload the file itself, not a notebook or a folder link)")
-        else:
-            slot = Slot(0, root, box, course.startup_timeout)
-            try:
-                result = grade(folder, m.id, course=course, worker_factory=slot.worker_factory())
-            finally:
-                slot.close()
-        result.notes.append(box.note)
-    finally:
-        remove_root(root)
+    if folder is None or any((folder / f).is_symlink() or not (folder / f).is_file() for f in m.files):
+        result = _unrunnable(m, course.seed, f"no {', '.join(m.files)} found in your submission "
+                                             f"(upload the file itself, not a notebook or a folder link)", box)
+    else:
+        result = grade(folder, m.id, course=course, sandbox=box)
     data = gradescope(result)
     Path(results).parent.mkdir(parents=True, exist_ok=True)
     Path(results).write_text(json.dumps(data, indent=2) + "\n")

@@ -29,7 +29,7 @@ from ..engine.report import feedback, gradescope
 from ..engine.submission import SubmissionError
 from .collect import Found, collect
 from .progress import Progress
-from .sandbox import Limits, Sandbox, Slot, make_root, remove_root
+from ..engine.sandbox import Limits, Sandbox, Slot, make_root, remove_root
 
 
 @dataclass
@@ -48,18 +48,18 @@ class ClassRun:
         return self.wall / len(self.rows) if self.rows else 0.0
 
 
-def _unrunnable(m: config.Milestone, seed: int, why: str) -> Result:
+def _unrunnable(m: config.Milestone, seed: int, why: str, sandbox: Sandbox) -> Result:
     checks = [CheckResult(name, pts, 0, f"Not run: {why}.") for name, pts in m.checks.items()]
-    return Result(m.id, seed, checks, [], 0.0)
+    return Result(m.id, seed, checks, [], 0.0, [sandbox.note] if sandbox.note else [])
 
 
 def _grade_one(found: Found, m: config.Milestone, seed: int, course: config.Course, slot: Slot) -> Result:
     if found.path is None:
-        return _unrunnable(m, seed, found.problem)
+        return _unrunnable(m, seed, found.problem, slot.sandbox)
     try:
-        return grade(found.path, m.id, seed=seed, course=course, worker_factory=slot.worker_factory())
+        return grade(found.path, m.id, seed=seed, course=course, slot=slot)
     except SubmissionError as e:
-        return _unrunnable(m, seed, str(e))
+        return _unrunnable(m, seed, str(e), slot.sandbox)
 
 
 def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, jobs: int | None = None,
@@ -99,7 +99,6 @@ def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, job
                             slot.close()
                         slot = Slot(index, root, box, course.startup_timeout)
                     r = _grade_one(f, m, seed, course, slot)
-                    r.notes.append(box.note)
                     with lock:
                         results[f.student] = r
                     if bar:

@@ -1,47 +1,94 @@
 """The check framework: groups of hidden checks that talk to student code only through a Tester.
 
-A check group is a function `check(t: Tester)` registered with `@group("m1", "masking")`. It sends
-inputs through `t.call` / `t.module` (which run in the worker), computes the expected values itself,
-and compares with `t.expect_*`. The first problem found fails the group with a message written for
-the student. Nothing in this file is shown to students; only the messages are.
+A check group is a function `check(t: Tester)` registered with `@group("m1", "masking", ...)`. It sends
+inputs through `t.call` / `t.module` / `t.run` (which run in the sandboxed worker), computes the
+expected values itself, and compares with `t.expect_*`. The first problem found fails the group with
+a message written for the student. Nothing in this file is shown to students; only the messages are.
+
+Rules every milestone gets from here, by construction:
+- A group passes only when the code computes the right values on the inputs it tried.
+- A `style` group (how code is written: loops, forbidden APIs, dtype, in-place) must confirm the
+  values with `t.works` before judging; wrong values or a crash make it "not judged" (0 points),
+  never a verdict on the style itself. A style group that never calls `t.works` is a grader bug.
+- A group that `depends` on groups which failed is run with correct stand-ins for the student
+  callables those groups `provide` (see grade.py), so one mistake costs points where it is.
+- Failures carry a `cause` (a catalogue id, see diagnosis.py) so a later group failing for the same
+  reason says so in one line.
 """
 from __future__ import annotations
 
 import fnmatch
+import inspect
+import textwrap
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from . import diagnosis
 from .client import WorkerLost
-
-REGISTRY: dict[str, dict[str, Callable]] = {}
+from .diagnosis import Mistake
 
 # Tolerances per dtype, from the spread between correct implementations (matmul vs einsum vs
-# F.scaled_dot_product_attention): about 1e-15 in float64 and 1e-7 in float32.
+# PyTorch's own modules): about 1e-15 in float64 and 1e-7 in float32.
 TOLERANCES = {torch.float64: (1e-10, 1e-9), torch.float32: (2e-5, 1e-4)}   # (atol, rtol)
 
 
-def group(milestone: str, name: str):
+@dataclass(frozen=True)
+class Group:
+    milestone: str
+    name: str
+    fn: Callable
+    depends: tuple[str, ...] = ()      # earlier groups whose failure this group's code may inherit
+    style: bool = False                # judges how code is written; points only when values are right
+    provides: tuple[str, ...] = ()     # student callables this group judges (stand-ins replace them)
+
+
+REGISTRY: dict[str, dict[str, Group]] = {}
+STAND_INS: dict[str, dict[str, dict]] = {}     # milestone -> callable name -> {"source", "defines"}
+
+
+def group(milestone: str, name: str, *, depends=(), style=False, provides=()):
     def register(fn):
-        REGISTRY.setdefault(milestone, {})[name] = fn
+        REGISTRY.setdefault(milestone, {})[name] = Group(milestone, name, fn, tuple(depends), style, tuple(provides))
         return fn
     return register
 
 
+def stand_ins(milestone: str, **objects) -> None:
+    """Correct judge-written versions of student callables (`name=function or class`), sent to the
+    worker as source when a group that provides `name` failed. They are the judge's own code, never
+    the reference solution's text."""
+    STAND_INS[milestone] = {name: {"source": textwrap.dedent(inspect.getsource(obj)), "defines": obj.__name__}
+                            for name, obj in objects.items()}
+
+
 class CheckFailed(Exception):
-    """A check found a problem; the message is for the student."""
+    """A check found a problem; the message is for the student. `cause`: a catalogue id, when named."""
+
+    def __init__(self, message: str, cause: str | None = None, cause_text: str | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.cause_text = cause_text
+
+
+class NotJudged(CheckFailed):
+    """A style group could not judge: the code crashed or computed wrong values on its inputs."""
 
 
 def shape_str(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
+def dtype_str(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def describe(value) -> str:
     """A short, student-facing description of a returned value."""
     if isinstance(value, torch.Tensor):
-        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {shape_str(value.shape)}"
+        return f"a {dtype_str(value.dtype)} tensor of shape {shape_str(value.shape)}"
     if isinstance(value, dict) and "__object__" in value:
         return f"a {value['__object__']} ({value['repr'][:80]})"
     if isinstance(value, (tuple, list)):
@@ -58,13 +105,16 @@ class Session:
 
 
 class Tester:
-    def __init__(self, session: Session, milestone: str, group_name: str, seed: int, module: str):
+    def __init__(self, session: Session, spec: Group, seed: int, module: str, patches: dict | None = None):
         self.session = session
-        self.milestone = milestone
-        self.group = group_name
+        self.spec = spec
+        self.milestone = spec.milestone
+        self.group = spec.name
         self.module_name = module
+        self.patches = patches or {}
+        self.verified = 0
         # One generator per group: a group's inputs do not depend on which groups ran before it.
-        self.gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{milestone}/{group_name}".encode()))
+        self.gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.milestone}/{spec.name}".encode()))
         self.seed = seed
 
     # ---- inputs -------------------------------------------------------------------------
@@ -78,24 +128,46 @@ class Tester:
         return torch.rand(*shape, generator=self.gen) < p
 
     # ---- talking to the worker -------------------------------------------------------
-    def _request(self, message: dict, what: str, allow_error: bool = False) -> dict:
+    def _request(self, message: dict, what: str, allow_error: bool = False, crash=None) -> dict:
+        message["patches"] = [{"module": self.module_name, "name": n, **p} for n, p in self.patches.items()]
         worker = self.session.get_worker()
         try:
             reply = worker.request(message, self.session.probe_timeout)
         except WorkerLost as e:
             tail = worker.output_tail().strip()
             extra = f"\nLast output of your code:\n{tail[-600:]}" if tail and e.kind == "died" else ""
+            self._not_judged_if_style(f"while running {what}, {e.reason}")
             raise CheckFailed(f"While running {what}, {e.reason}.{extra}") from None
         if not reply.get("ok") and not allow_error:
-            raise CheckFailed(student_error(reply, what))
+            text = student_error(reply, what)
+            self._not_judged_if_style(text.rstrip("."))
+            if reply.get("kind") == "params":
+                raise CheckFailed(text, "parameter_names", text)
+            mistake = crash(reply) if crash is not None and reply.get("kind") == "exception" else None
+            if mistake is None and reply.get("kind") == "exception":
+                mistake = diagnosis.error_cause(reply.get("message"))
+            if mistake is not None:
+                raise CheckFailed(f"{text}\nLikely cause: {mistake.text}", mistake.id, mistake.text)
+            raise CheckFailed(text)
         return reply
 
+    def _not_judged_if_style(self, why: str):
+        if self.spec.style:
+            raise NotJudged(f"Not judged: this check looks at how your code is written, which is judged only for "
+                            f"code that runs and gives the right values. What happened: {why}")
+
     def call(self, func: str, *args, record=False, grad_args=None, backward=None, return_args=False,
-             seed=0, **kwargs) -> dict:
+             seed=0, catalogue=None, **kwargs) -> dict:
+        """Call the student's `func`. `catalogue`: (Catalogue, kind) whose entries, run here on the same
+        arguments, may reproduce an error the student's code raised: that entry is the likely cause."""
         what = f"`{func}`"
+        crash = None
+        if catalogue is not None:
+            def crash(reply):
+                return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args, **kwargs)
         return self._request({"op": "call", "module": self.module_name, "func": func, "args": list(args),
                               "kwargs": kwargs, "record": record, "grad_args": grad_args or [],
-                              "backward": backward, "return_args": return_args, "seed": seed}, what)
+                              "backward": backward, "return_args": return_args, "seed": seed}, what, crash=crash)
 
     def module(self, cls: str, args=(), kwargs=None, *, calls=(), params=None, train=False, attrs=(),
                record=False, backward=None, seed=0, dtype=None, allow_error=False) -> dict:
@@ -106,9 +178,19 @@ class Tester:
                               "calls": [dict(c) for c in calls], "attrs": list(attrs), "record": record,
                               "backward": backward, "seed": seed, "dtype": dtype}, what, allow_error)
 
+    def run(self, recipe: Callable, *args, what: str, record=False, seed=0, **kwargs) -> dict:
+        """Run the judge's `recipe` function inside the worker (for objects that must live beside the
+        student's code, e.g. a model and an optimizer). It must import what it needs itself and return
+        tensors and plain values only."""
+        return self._request({"op": "run", "source": textwrap.dedent(inspect.getsource(recipe)),
+                              "entry": recipe.__name__, "args": list(args), "kwargs": kwargs,
+                              "record": record, "seed": seed}, what)
+
     # ---- verdicts ----------------------------------------------------------------------
-    def fail(self, message: str):
-        raise CheckFailed(message)
+    def fail(self, message: str, cause: str | None = None, cause_text: str | None = None):
+        """Fail the group. A named `cause` lets later groups failing the same way say so in one line
+        (with `cause_text`, or else this message)."""
+        raise CheckFailed(message, cause, (cause_text or message) if cause else None)
 
     def expect_tensor(self, value, what: str, shape=None, dtype=None) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):
@@ -116,20 +198,29 @@ class Tester:
         if shape is not None and tuple(value.shape) != tuple(shape):
             self.fail(f"{what} should have shape {shape_str(shape)}, but it has shape {shape_str(value.shape)}.")
         if dtype is not None and value.dtype != dtype:
-            self.fail(f"{what} should have dtype {str(dtype).replace('torch.', '')}, "
-                      f"but it has dtype {str(value.dtype).replace('torch.', '')}.")
+            self.fail(f"{what} should have dtype {dtype_str(dtype)}, but it has dtype {dtype_str(value.dtype)}.",
+                      "lower_precision" if dtype == torch.float64 else None)
         return value
 
-    def expect_pair(self, value, what: str) -> tuple:
+    def expect_pair(self, value, what: str, names="(output, weights)") -> tuple:
         if not isinstance(value, (tuple, list)) or len(value) != 2:
-            self.fail(f"{what} should return a pair (output, weights), but it returned {describe(value)}.")
+            self.fail(f"{what} should return a pair {names}, but it returned {describe(value)}.")
         return tuple(value)
 
-    def expect_close(self, actual, expected: torch.Tensor, what: str, diagnose=(), atol=None):
-        """Compare with dtype-based tolerances.
+    def close(self, actual, expected: torch.Tensor, atol=None) -> bool:
+        default_atol, rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        atol = default_atol if atol is None else atol
+        return (isinstance(actual, torch.Tensor) and tuple(actual.shape) == tuple(expected.shape)
+                and torch.allclose(actual.to(torch.float64), expected.to(torch.float64), atol=atol, rtol=rtol))
 
-        `diagnose`: (explanation, tensor a known mistake gives); a None tensor is a general hint,
-        given when no specific mistake matches.
+    def expect_close(self, actual, expected: torch.Tensor, what: str, mistakes=(), atol=None, probes=(),
+                     inputs_dtype=None):
+        """Compare with dtype-based tolerances; on a difference, explain it as well as the evidence allows.
+
+        `mistakes`: (Mistake, what that mistake returns) pairs, from a milestone's catalogue, or a
+        function giving them (called only on a difference: the catalogue costs time).
+        `probes`: callables run only on failure, each returning a Mistake (a structural finding, e.g. a
+        parameter that gets no gradient) or None.
         """
         actual = self.expect_tensor(actual, what, shape=expected.shape)
         default_atol, rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
@@ -144,20 +235,38 @@ class Tester:
         else:
             diff = (a - e).abs().nan_to_num(float("inf"))
             idx = tuple(torch.nonzero(diff == diff.max())[0].tolist())
-            message = (f"{what}: wrong values. The largest difference is {diff.max().item():.3g} at index "
-                       f"{list(idx)} (expected {e[idx].item():.6g}, got {a[idx].item():.6g}).")
-        # Name a likely cause only when exactly one known mistake reproduces the answer; several
-        # matching (e.g. any scaling gives one-hot weights at huge logits) means we cannot tell.
-        matches = [text for text, variant in diagnose if variant is None or (
-            variant.shape == a.shape and torch.allclose(a, variant.to(torch.float64), atol=max(atol, 1e-6),
-                                                        rtol=max(rtol, 1e-5), equal_nan=True))]
-        general = [text for text, variant in diagnose if variant is None]
-        specific = [m for m in matches if m not in general]
-        if len(specific) == 1:
-            message += f" Likely cause: {specific[0]}"
-        elif not specific and general:
-            message += f" A common cause: {general[0]}"
-        self.fail(message)
+            message = (f"{what}: wrong values. The largest difference is at index {list(idx)}: "
+                       f"{diagnosis.number_pair(e[idx].item(), a[idx].item())} "
+                       f"(relative error {diagnosis.relative_error(a, e):.2g}).")
+        cause = self.explain(actual, expected, mistakes, probes, atol, rtol, inputs_dtype)
+        if cause is not None:
+            raise CheckFailed(f"{message} Likely cause: {cause.text}", cause.id, cause.text)
+        raise CheckFailed(message)
+
+    def explain(self, actual, expected, mistakes=(), probes=(), atol=None, rtol=None, inputs_dtype=None):
+        """The Mistake that explains `actual`, simplest explanation first; None when nothing does."""
+        default_atol, default_rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        atol = default_atol if atol is None else atol
+        rtol = default_rtol if rtol is None else rtol
+        precision = diagnosis.lower_precision(actual, expected, inputs_dtype)
+        if precision:
+            return Mistake("lower_precision", precision)
+        for mistake, variant in (mistakes() if callable(mistakes) else mistakes):
+            if diagnosis.matches(actual, variant, expected, atol, rtol):
+                return mistake
+        for probe in probes:
+            found = probe()
+            if found is not None:
+                return found
+        return None
+
+    def works(self, actual, expected: torch.Tensor, what: str, atol=None):
+        """For style groups: the values must be right before how they are computed is judged."""
+        self.verified += 1
+        if not self.close(actual, expected, atol):
+            raise NotJudged(f"Not judged: {what} does not give the right values on this check's inputs (the "
+                            f"groups above say what is wrong), and how code is written is judged only for "
+                            f"code that works.")
 
     def expect_allowed(self, record: dict | None, func: str):
         """Fail if the recorded torch functions / ATen ops include a forbidden one."""
@@ -168,7 +277,15 @@ class Tester:
         if used:
             names = ", ".join(sorted(set(used))[:4])
             self.fail(f"`{func}` uses {names}, which this milestone asks you to write yourself "
-                      f"from basic tensor operations.")
+                      f"from basic tensor operations.", "forbidden_api")
+
+    def expect_constant_ops(self, counts: dict, base_label: str, func: str, advice: str):
+        """Vectorization: `counts` maps 'what grew' -> op count; the first entry is the base size."""
+        (_, base), *grown = counts.items()
+        for label, n in grown:
+            if n != base:
+                self.fail(f"`{func}` ran {base} tensor operations at the {base_label} but {n} when {label}: "
+                          f"that points to a Python loop over that dimension. {advice}", "python_loop")
 
 
 def student_error(reply: dict, what: str) -> str:
@@ -176,12 +293,19 @@ def student_error(reply: dict, what: str) -> str:
     tb = reply.get("traceback") or ""
     tb = f"\n{tb}" if tb else ""
     err = f"{reply.get('type')}: {reply.get('message')}"
+    inside = reply.get("inside")
+    if inside:
+        err += (f"\nIt was raised inside the course's {inside['where']}, which your code (the line below) "
+                f"called with {inside['args']}.")
     if kind == "not_implemented":
         return f"{what} is not implemented yet (it raises NotImplementedError)."
     if kind == "import":
         return f"Your file could not be imported, so {what} could not run: {err}{tb}"
     if kind == "missing":
         return f"{reply.get('message')}: keep the names and signatures from the stub."
+    if kind == "params":
+        return (f"{reply.get('message')}: keep the parameter names of the stub (the checks load weights into "
+                f"them by name).")
     if kind == "exit":
         return f"While running {what}, {reply.get('message')}; your code should return, not exit.{tb}"
     if kind == "constructor":
@@ -197,6 +321,11 @@ class CheckResult:
     message: str = ""
     seconds: float = 0.0
     internal_error: str = ""     # for the instructor only; never shown to students
+    cause: str | None = None     # catalogue id of the named cause, when one was named
+    cause_text: str | None = None
+    judged: bool = True          # False: a style group that could not judge (code broken)
+    note: str = ""               # e.g. graded with a stand-in for a function that failed above
+    stand_ins: tuple[str, ...] = field(default=())
 
     @property
     def passed(self) -> bool:

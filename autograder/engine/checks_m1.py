@@ -1,73 +1,187 @@
 """Hidden checks for milestone 1: softmax, masks, scaled dot-product attention.
 
 Expected values come from PyTorch itself (F.scaled_dot_product_attention, torch.softmax) computed
-here in the judge. The `diagnose` lists turn a wrong answer into a likely cause by recomputing what
-the most common mistakes would have produced.
+here in the judge. CATALOGUE recomputes what the known mistakes return, so a wrong answer can be
+named; `softmax` has a judge-written stand-in, so attention is graded on its own merits when the
+student's softmax is wrong.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
-from .checks import CheckFailed, Tester, describe, group, shape_str
+from .checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
+from .diagnosis import Catalogue, Mistake
 
 SDPA = "scaled_dot_product_attention"
+ATTENTION_GROUPS = ("softmax",)          # what every attention group depends on
+CATALOGUE = Catalogue("m1")
 
 
 # ---- expected values (judge side) ---------------------------------------------------------
 
-def expected_weights(q, k, mask=None, scale=None, softmax_dim=-1, invert=False, fill=float("-inf")):
-    """Attention weights as PyTorch defines them; fully masked rows give zeros.
-
-    The keyword arguments produce the weights of common mistakes, for diagnosis.
-    """
+def _weights(q, k, mask=None, scale=None, softmax_dim=-1, invert=False, fill=float("-inf"), transpose=True):
     d_k = q.size(-1)
-    scores = q @ k.transpose(-2, -1) / (math.sqrt(d_k) if scale is None else scale)
+    kt = k.transpose(-2, -1) if transpose else k
+    scores = q @ kt / (math.sqrt(d_k) if scale is None else scale)
     if mask is not None:
         scores = scores.masked_fill(mask if invert else ~mask, fill)
-    w = torch.softmax(scores, dim=softmax_dim)
-    return torch.nan_to_num(w, nan=0.0)
+    return torch.nan_to_num(torch.softmax(scores, dim=softmax_dim), nan=0.0)
 
 
 def expected_attention(q, k, v, mask=None):
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return out, expected_weights(q, k, mask)
+    """(output, weights) as PyTorch defines them; fully masked rows give zeros."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), _weights(q, k, mask)
 
 
-def mistakes(q, k, v, mask=None):
-    """(explanation, (output, weights)) for the usual mistakes."""
+# ---- the catalogue: what each known mistake returns ----------------------------------------
+
+def _pair(w, v):
+    return w @ v, w
+
+
+@CATALOGUE.entry("attention", "no_sqrt", "the scores are not divided by sqrt(d_k): divide q @ k^T by "
+                 "math.sqrt(d_k).")
+def _no_sqrt(q, k, v, mask=None, **_):
+    return _pair(_weights(q, k, mask, scale=1.0), v)
+
+
+@CATALOGUE.entry("attention", "divide_by_dk", "the scores are divided by d_k instead of sqrt(d_k).")
+def _divide_by_dk(q, k, v, mask=None, **_):
+    return _pair(_weights(q, k, mask, scale=float(q.size(-1))), v)
+
+
+@CATALOGUE.entry("attention", "sqrt_dv", "the scores are divided by sqrt(d_v) (the last dimension of v); "
+                 "the scale comes from the keys' width: sqrt(d_k) = sqrt(q.size(-1)).")
+def _sqrt_dv(q, k, v, mask=None, **_):
+    return _pair(_weights(q, k, mask, scale=math.sqrt(v.size(-1))), v) if v.size(-1) != q.size(-1) else None
+
+
+@CATALOGUE.entry("attention", "scale_after_softmax", "the weights are divided by sqrt(d_k) after the softmax; "
+                 "the scaling belongs to the scores, before the softmax (weights must sum to 1).")
+def _scale_after_softmax(q, k, v, mask=None, **_):
+    return _pair(_weights(q, k, mask, scale=1.0) / math.sqrt(q.size(-1)), v)
+
+
+@CATALOGUE.entry("attention", "softmax_dim", "the softmax runs over the wrong dimension: each query's weights "
+                 "must sum to 1 over the keys (dim=-1).")
+def _softmax_dim(q, k, v, mask=None, **_):
+    return _pair(_weights(q, k, mask, softmax_dim=-2), v)
+
+
+@CATALOGUE.entry("attention", "mask_ignored", "the mask is ignored: block the keys where the mask is False "
+                 "(scores.masked_fill(~mask, float('-inf'))).")
+def _mask_ignored(q, k, v, mask=None, **_):
+    return None if mask is None else expected_attention(q, k, v)
+
+
+@CATALOGUE.entry("attention", "mask_inverted", "the mask is inverted: True means 'may attend', so block the keys "
+                 "where the mask is False.")
+def _mask_inverted(q, k, v, mask=None, **_):
+    return None if mask is None else _pair(_weights(q, k, mask, invert=True), v)
+
+
+@CATALOGUE.entry("attention", "fill_large_negative", "masked scores are filled with a large negative number "
+                 "instead of -inf, so a query row whose keys are all masked averages v instead of giving zeros; "
+                 "fill with -inf and let your softmax return zeros for an all -inf row.")
+def _fill_large_negative(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
     d_k = q.size(-1)
-    out = []
+    w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask, -1e9), -1)
+    return _pair(w, v)
 
-    def add(text, w):
-        out.append((text, (w @ v, w)))
 
-    add("the scores are not divided by sqrt(d_k) (divide q @ k^T by math.sqrt(d_k)).",
-        expected_weights(q, k, mask, scale=1.0))
-    add("the scores are divided by d_k instead of sqrt(d_k).", expected_weights(q, k, mask, scale=float(d_k)))
-    add("the softmax runs over the wrong dimension: each query's weights must sum to 1 over the keys "
-        "(dim=-1).", expected_weights(q, k, mask, softmax_dim=-2))
+@CATALOGUE.entry("attention", "mask_added", "the mask is added to the scores as 0/1 numbers; use it to block "
+                 "keys instead: scores.masked_fill(~mask, float('-inf')).")
+def _mask_added(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
+    return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask.to(q.dtype), -1), v)
+
+
+@CATALOGUE.entry("attention", "mask_after_softmax", "the mask is applied after the softmax, so the remaining "
+                 "weights no longer sum to 1: mask the scores (with -inf) before the softmax.")
+def _mask_after_softmax(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
+    return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1).masked_fill(~mask, 0.0), v)
+
+
+@CATALOGUE.entry("attention", "k_not_transposed", "the scores are q @ k without transposing k; use "
+                 "q @ k.transpose(-2, -1) so each query meets each key.")
+def _k_not_transposed(q, k, v, mask=None, **_):
+    return _pair(_weights(q, k, mask, transpose=False), v)
+
+
+@CATALOGUE.entry("attention", "k_dot_T", "k.T reverses ALL dimensions of a batched tensor; use "
+                 "k.transpose(-2, -1), which swaps only the last two.")
+def _k_dot_t(q, k, v, mask=None, **_):
+    kt = k.permute(*reversed(range(k.dim())))
+    scores = q @ kt / math.sqrt(q.size(-1))
     if mask is not None:
-        add("the mask is inverted: True means 'may attend', so block the keys where the mask is False.",
-            expected_weights(q, k, mask, invert=True))
-        add("masked scores are filled with a large negative number instead of -inf; rows with no allowed "
-            "key then average v instead of giving zeros.",
-            torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask, -1e9), -1))
-        add("the mask is added to the scores as 0/1 numbers; use it to block keys instead: "
-            "scores.masked_fill(~mask, float('-inf')).",
-            torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k) + mask.to(q.dtype), -1))
-        raw = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), -1)
-        add("the mask is applied after the softmax, so the remaining weights no longer sum to 1.",
-            raw.masked_fill(~mask, 0.0))
-    return out
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
 
 
-def diag(items, part):
-    """Pick the output (0) or weights (1) of each mistake for expect_close."""
-    return [(text, pair[part]) for text, pair in items]
+@CATALOGUE.entry("attention", "mask_unsqueezed", "a 3-D mask gets an extra dimension inside attention; masks "
+                 "only have to broadcast to the scores, so leave the mask as it is given (a per-head mask "
+                 "[H, Lq, Lk] then no longer lines up).")
+def _mask_unsqueezed(q, k, v, mask=None, **_):
+    if mask is None or mask.dim() != 3:
+        return None
+    return _pair(_weights(q, k, mask.unsqueeze(1)), v)
 
+
+@CATALOGUE.entry("attention", "keys_values_swapped", "keys and values are swapped: the scores use k "
+                 "(q @ k^T) and the output uses v (weights @ v).")
+def _keys_values_swapped(q, k, v, mask=None, **_):
+    w = _weights(q, v, mask) if v.size(-1) == q.size(-1) else None
+    return None if w is None else (w @ k, w)
+
+
+@CATALOGUE.entry("softmax", "softmax_ignores_dim", "the softmax is taken over the last dimension whatever `dim` "
+                 "says: reduce over `dim` (amax and sum with dim=dim, keepdim=True).")
+def _softmax_ignores_dim(x, dim=-1):
+    return torch.softmax(x, -1) if dim not in (-1, x.dim() - 1) else None
+
+
+@CATALOGUE.entry("softmax", "softmax_global_sum", "each entry is divided by the sum over the whole tensor; divide "
+                 "by the sum along `dim` only (keepdim=True).")
+def _softmax_global_sum(x, dim=-1):
+    e = torch.exp(x - x.amax())
+    return e / e.sum()
+
+
+def output_not_from_weights(out, w, v):
+    """A probe: the output is not `weights @ v` for the weights the student returned."""
+    if isinstance(w, torch.Tensor) and w.shape[-1] == v.shape[-2]:
+        try:
+            if not torch.allclose(out.to(torch.float64), (w.to(torch.float64) @ v.to(torch.float64)), atol=1e-6):
+                return Mistake("output_not_from_weights", "the output is not weights @ v for the weights you "
+                               "return: return the weights that actually made the output (after masking and "
+                               "dropout), and compute output = weights @ v.")
+        except RuntimeError:
+            return None
+    return None
+
+
+# ---- stand-ins: correct versions of the functions a failed group provides ------------------
+
+def _stand_in_softmax(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s > 0, s, torch.ones_like(s))
+
+
+stand_ins("m1", softmax=_stand_in_softmax)
+
+
+# ---- inputs and calls ----------------------------------------------------------------------
 
 def shapes_text(*tensors):
     return ", ".join(shape_str(t.shape) for t in tensors)
@@ -89,9 +203,10 @@ def ragged_padding(t: Tester, batch, length, with_empty=False):
     return tokens
 
 
-def run_attention(t: Tester, q, k, v, mask=None, what=None):
+def run_attention(t: Tester, q, k, v, mask=None, what=None, **kwargs):
     """Call the student's attention and check the basic form of the result."""
-    reply = t.call(SDPA, q, k, v, mask) if mask is not None else t.call(SDPA, q, k, v)
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    reply = t.call(SDPA, *args, catalogue=(CATALOGUE, "attention"), **kwargs)
     what = what or f"`{SDPA}` with q, k, v of shapes {shapes_text(q, k, v)}"
     out, w = pair(t, reply["value"], q, k, v, what)
     return out, w, what
@@ -103,43 +218,59 @@ def pair(t: Tester, value, q, k, v, what):
     out_shape, w_shape = (*q.shape[:-1], v.size(-1)), (*q.shape[:-1], k.size(-2))
     if (isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and out_shape != w_shape
             and tuple(out.shape) == w_shape and tuple(w.shape) == out_shape):
-        t.fail(f"{what} returned (weights, output): return them in the order (output, weights).")
+        t.fail(f"{what} returned (weights, output): return them in the order (output, weights).",
+               "swapped_return", "it returns (weights, output); return them in the order (output, weights).")
     return out, w
 
 
-def check_attention(t: Tester, q, k, v, mask=None, label="", atol=None):
-    out, w, what = run_attention(t, q, k, v, mask)
+def check_attention(t: Tester, q, k, v, mask=None, label="", atol=None, got=None):
+    """Weights, then output, against PyTorch; on a difference, the catalogue names the mistake."""
+    out, w, what = got or run_attention(t, q, k, v, mask)
     what = what + (f" and {label}" if label else "")
     exp_out, exp_w = expected_attention(q, k, v, mask)
-    known = mistakes(q, k, v, mask)
-    t.expect_close(w, exp_w, f"The weights from {what}", diag(known, 1), atol=atol)
-    t.expect_close(out, exp_out, f"The output from {what}", diag(known, 0), atol=atol)
+    tried = functools.cache(lambda: CATALOGUE.tried("attention", q, k, v, mask))
+    shape_hint = ""
+    if not (isinstance(out, torch.Tensor) and out.shape[-1:] == v.shape[-1:]):
+        shape_hint = " The output takes its last dimension from v: output = weights @ v."
+    try:
+        t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
+        t.expect_tensor(out, f"The output from {what}", shape=exp_out.shape)
+    except CheckFailed as e:
+        mistake = next((m for m, (o, ww) in tried() if tuple(ww.shape) == tuple(w.shape) and
+                        tuple(o.shape) == tuple(out.shape)), None) if isinstance(w, torch.Tensor) \
+            and isinstance(out, torch.Tensor) else None
+        if mistake is not None:
+            raise CheckFailed(f"{e}{shape_hint} Likely cause: {mistake.text}", mistake.id, mistake.text) from None
+        raise CheckFailed(f"{e}{shape_hint}") from None
+    t.expect_close(w, exp_w, f"The weights from {what}", lambda: [(m, p[1]) for m, p in tried()], atol=atol)
+    t.expect_close(out, exp_out, f"The output from {what}", lambda: [(m, p[0]) for m, p in tried()], atol=atol,
+                   probes=[lambda: output_not_from_weights(out, w, v)])
 
 
 # ---- groups ------------------------------------------------------------------------------
 
-@group("m1", "softmax")
+@group("m1", "softmax", provides=("softmax",))
 def softmax_values(t: Tester):
     x = t.randn(3, 4, 5)
     for dim in (-1, 1, 0):
         got = t.call("softmax", x, dim=dim)["value"]
-        other = [("the softmax is taken over the last dimension whatever `dim` says.",
-                  torch.softmax(x, -1)) if dim != -1 else ("", None)]
-        t.expect_close(got, torch.softmax(x, dim), f"`softmax(x, dim={dim})` for x of shape [3, 4, 5]", other)
+        t.expect_close(got, torch.softmax(x, dim), f"`softmax(x, dim={dim})` for x of shape [3, 4, 5]",
+                       lambda: CATALOGUE.tried("softmax", x, dim))
     got = t.call("softmax", x)["value"]
-    t.expect_close(got, torch.softmax(x, -1), "`softmax(x)` with the default dim")
+    t.expect_close(got, torch.softmax(x, -1), "`softmax(x)` with the default dim", lambda: CATALOGUE.tried("softmax", x))
     blocked = torch.tensor([[0.5, float("-inf"), 1.5, float("-inf")],
                             [float("-inf")] * 4], dtype=torch.float64)
     got = t.call("softmax", blocked, dim=-1)["value"]
     got = t.expect_tensor(got, "`softmax` of rows containing -inf", shape=blocked.shape)
     if torch.isnan(got).any():
         t.fail("`softmax` of a row that is entirely -inf gives NaN; it must give zeros (there is nothing to "
-               "attend to). Guard the max you subtract, and the sum you divide by, for such rows.")
+               "attend to). Guard the max you subtract, and the sum you divide by, for such rows.",
+               "softmax_nan_blocked_row")
     t.expect_close(got, torch.nan_to_num(torch.softmax(blocked, -1), nan=0.0),
                    "`softmax` of [[0.5, -inf, 1.5, -inf], [-inf, -inf, -inf, -inf]]")
 
 
-@group("m1", "mask_helpers")
+@group("m1", "mask_helpers", provides=("padding_mask", "causal_mask"))
 def mask_helpers(t: Tester):
     for pad_id in (0, 3):
         tokens = t.randint(4, 9, (3, 6))
@@ -147,24 +278,40 @@ def mask_helpers(t: Tester):
         tokens[1, 1:] = pad_id
         got = t.call("padding_mask", tokens, pad_id)["value"]
         what = f"`padding_mask(tokens, pad_id={pad_id})` for tokens of shape [3, 6]"
-        got = t.expect_tensor(got, what, shape=(3, 1, 6), dtype=torch.bool)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6):
+            t.fail(f"{what} has shape [3, 6]; it should be [3, 1, 6]: add the query dimension of size 1 "
+                   f"((tokens != pad_id).unsqueeze(1)) so the mask broadcasts over the queries.",
+                   "padding_mask_no_query_dim")
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6, 1):
+            t.fail(f"{what} has shape [3, 6, 1]; it should be [3, 1, 6]. With the size-1 dimension last it "
+                   f"masks queries, not keys: use .unsqueeze(1).", "padding_mask_on_queries")
+        got = t.expect_tensor(got, what, shape=(3, 1, 6))
+        if got.dtype != torch.bool:
+            t.fail(f"{what} has dtype {str(got.dtype).replace('torch.', '')}; masks are bool (True = may attend).",
+                   "mask_not_bool")
         want = (tokens != pad_id).unsqueeze(1)
         if torch.equal(got, ~want):
-            t.fail(f"{what} is inverted: it must be True where the token is real (tokens != pad_id).")
+            t.fail(f"{what} is inverted: it must be True where the token is real (tokens != pad_id).",
+                   "padding_mask_inverted")
         if not torch.equal(got, want):
             t.fail(f"{what} gives the wrong values: expected True exactly where tokens != pad_id.")
     for size in (1, 5):
         what = f"`causal_mask({size})`"
-        got = t.expect_tensor(t.call("causal_mask", size)["value"], what, shape=(size, size), dtype=torch.bool)
+        got = t.expect_tensor(t.call("causal_mask", size)["value"], what, shape=(size, size))
+        if got.dtype != torch.bool:
+            t.fail(f"{what} has dtype {str(got.dtype).replace('torch.', '')}; masks are bool (True = may "
+                   f"attend): build it from torch.ones(size, size, dtype=torch.bool).", "mask_not_bool")
         want = torch.ones(size, size, dtype=torch.bool).tril()
         if not torch.equal(got, want):
             if torch.equal(got, want.T):
                 t.fail(f"{what} is transposed: row i (a query) may attend to keys j <= i, so True must be "
-                       f"on and below the diagonal (tril), not above it.")
+                       f"on and below the diagonal (tril), not above it.", "causal_transposed")
             if torch.equal(got, want.tril(-1)):
-                t.fail(f"{what} leaves out the diagonal: a position may attend to itself (j <= i).")
+                t.fail(f"{what} leaves out the diagonal: a position may attend to itself (j <= i).",
+                       "causal_no_diagonal")
             if torch.equal(got, ~want):
-                t.fail(f"{what} is inverted: True must mean 'may attend' (on and below the diagonal).")
+                t.fail(f"{what} is inverted: True must mean 'may attend' (on and below the diagonal).",
+                       "causal_inverted")
             t.fail(f"{what} gives the wrong values: expected True on and below the diagonal.")
     got = t.call("causal_mask", 3, device="cpu")["value"]
     t.expect_tensor(got, "`causal_mask(3, device='cpu')`", shape=(3, 3), dtype=torch.bool)
@@ -172,28 +319,22 @@ def mask_helpers(t: Tester):
     got = t.call("causal_mask", 3, device="meta")["value"]
     if isinstance(got, torch.Tensor):
         t.fail("`causal_mask(3, device='meta')` returned a tensor on the CPU: create the mask on the "
-               "`device` you are given (torch.ones(..., device=device)), or models on a GPU will fail.")
+               "`device` you are given (torch.ones(..., device=device)), or models on a GPU will fail.",
+               "causal_ignores_device")
     if not (isinstance(got, dict) and got.get("__object__") == "Tensor on meta"):
         t.fail(f"`causal_mask(3, device='meta')` should return a tensor on that device, but returned "
                f"{describe(got)}.")
 
 
-@group("m1", "shapes")
+@group("m1", "shapes", depends=ATTENTION_GROUPS)
 def shapes(t: Tester):
     cases = [((), 5, 7, 4, 6), ((3,), 5, 7, 4, 3), ((3, 2), 5, 7, 4, 6), ((2, 3, 2), 1, 4, 8, 2)]
     for lead, lq, lk, d_k, d_v in cases:
         q, k, v = attention_inputs(t, lead, lq, lk, d_k, d_v)
-        out, w, what = run_attention(t, q, k, v)
-        hint = ("" if isinstance(out, torch.Tensor) and out.shape[-1] == d_v else
-                " The output takes its last dimension from v: output = weights @ v.")
-        try:
-            t.expect_tensor(w, f"The weights from {what}", shape=(*lead, lq, lk))
-            t.expect_tensor(out, f"The output from {what}", shape=(*lead, lq, d_v))
-        except CheckFailed as e:
-            t.fail(f"{e}{hint} Use k.transpose(-2, -1) (not .T) so any number of leading dims works.")
+        check_attention(t, q, k, v)
 
 
-@group("m1", "masking")
+@group("m1", "masking", depends=ATTENTION_GROUPS)
 def masking(t: Tester):
     B, H, Lq, Lk, d_k, d_v = 3, 2, 5, 7, 4, 6
     # Padding on 3-D inputs: the mask [B, 1, Lk] from padding_mask broadcasts over queries.
@@ -219,35 +360,16 @@ def masking(t: Tester):
     per_head[..., 0] = True
     cases.append((q5, k5, v5, per_head, "a per-head mask [2, 5, 7] (it broadcasts over the batch)"))
     for q_, k_, v_, mask, label in cases:
-        out, w, what = run_attention(t, q_, k_, v_, mask)
-        what = f"{what} and {label}"
-        w = t.expect_tensor(w, f"The weights from {what}", shape=torch.broadcast_shapes(
-            mask.shape, (*q_.shape[:-1], k_.shape[-2])))
-        blocked = ~mask.expand_as(w)
-        finite = torch.isfinite(w)
-        if (w[blocked & finite] != 0).any() and (w[~blocked & finite] == 0).all():
-            t.fail(f"The weights from {what} are 0 exactly where the mask is True and non-zero where it is "
-                   f"False: the mask is inverted. True means 'may attend', so block the keys where the "
-                   f"mask is False (scores.masked_fill(~mask, float('-inf'))).")
-        if torch.isnan(w).any():
-            t.fail(f"The weights from {what} contain NaN. A query row whose keys are all masked must get "
-                   f"all-zero weights (and a zero output), as in F.scaled_dot_product_attention.")
-        if (w[blocked] != 0).any():
-            leaked = (w[blocked] != 0).sum().item()
-            empty_rows = blocked.all(dim=-1, keepdim=True).expand_as(w)
-            if not (w[blocked & ~empty_rows] != 0).any():
-                t.fail(f"The weights from {what} are not 0 in query rows where every key is masked. Such a "
-                       f"row must get all-zero weights and a zero output (as F.scaled_dot_product_attention "
-                       f"gives). Filling masked scores with a large negative number (like -1e9) spreads the "
-                       f"weight evenly instead: fill with -inf, and make your softmax return zeros for a "
-                       f"row that is all -inf.")
-            t.fail(f"The weights from {what} are not exactly 0 at {leaked} masked position(s). Masked keys "
-                   f"must get weight exactly 0: set their scores to -inf before the softmax (mask False = "
-                   f"blocked).")
-        check_attention(t, q_, k_, v_, mask, label)
+        got = run_attention(t, q_, k_, v_, mask)
+        out, w, what = got
+        if isinstance(w, torch.Tensor) and torch.isnan(w).any():
+            t.fail(f"The weights from {what} and {label} contain NaN. A query row whose keys are all masked "
+                   f"must get all-zero weights (and a zero output), as in F.scaled_dot_product_attention.",
+                   "nan_blocked_row")
+        check_attention(t, q_, k_, v_, mask, label, got=got)
 
 
-@group("m1", "parity")
+@group("m1", "parity", depends=ATTENTION_GROUPS)
 def parity(t: Tester):
     q, k, v = attention_inputs(t, (3, 2), 5, 7, 4, 6)
     check_attention(t, q, k, v, label="no mask (float64)")
@@ -260,132 +382,161 @@ def parity(t: Tester):
     check_attention(t, q, k, v, mask, "a random mask (float32)")
 
 
-@group("m1", "stability")
+@group("m1", "stability", depends=ATTENTION_GROUPS)
 def stability(t: Tester):
+    overflow = ("exp of a large score overflows to inf (exp(710) in float64, exp(89) in float32): subtract "
+                "each slice's max before exp (softmax(x) == softmax(x - max)).")
     x = t.randn(2, 6, scale=1e4)
-    got = t.call("softmax", x)["value"]
-    got = t.expect_tensor(got, "`softmax` of logits around 1e4", shape=x.shape)
+    got = t.expect_tensor(t.call("softmax", x)["value"], "`softmax` of logits around 1e4", shape=x.shape)
     if not torch.isfinite(got).all():
-        t.fail("`softmax` of logits around 1e4 gives inf or NaN: exp(10000) overflows. Subtract each "
-               "slice's max before exp (softmax(x) == softmax(x - max)).")
+        t.fail(f"`softmax` of logits around 1e4 gives inf or NaN. Likely cause: {overflow}", "softmax_overflow")
     t.expect_close(got, torch.softmax(x, -1), "`softmax` of logits around 1e4")
     x32 = t.randn(2, 6, dtype=torch.float32, scale=300.0)
-    got = t.call("softmax", x32)["value"]
-    got = t.expect_tensor(got, "`softmax` of float32 logits around 300", shape=x32.shape)
+    got = t.expect_tensor(t.call("softmax", x32)["value"], "`softmax` of float32 logits around 300", shape=x32.shape)
     if not torch.isfinite(got).all():
-        t.fail("`softmax` of float32 logits around 300 gives inf or NaN: exp overflows float32 above 88. "
-               "Subtract each slice's max before exp.")
+        t.fail(f"`softmax` of float32 logits around 300 gives inf or NaN. Likely cause: {overflow}",
+               "softmax_overflow")
     t.expect_close(got, torch.softmax(x32, -1), "`softmax` of float32 logits around 300")
     q, k, v = attention_inputs(t, (2,), 4, 5, 4, 3, scale=100.0)     # scores around 1e4
-    out, w, what = run_attention(t, q, k, v)
-    for name, value in (("output", out), ("weights", w)):
-        value = t.expect_tensor(value, f"The {name} from {what}")
+    got = run_attention(t, q, k, v)
+    for name, value in (("output", got[0]), ("weights", got[1])):
+        value = t.expect_tensor(value, f"The {name} from {got[2]}")
         if not torch.isfinite(value).all():
-            t.fail(f"The {name} from attention with scores around 1e4 contain inf or NaN: use your stable "
-                   f"softmax (subtract the max) inside attention.")
+            t.fail(f"The {name} from attention with scores around 1e4 contain inf or NaN: attention must use "
+                   f"a softmax that subtracts the max.", "softmax_overflow")
     # Weights are nearly one-hot here, so only overflow is judged; exact values are parity's job.
-    check_attention(t, q, k, v, label="scores around 1e4", atol=1e-6)
+    check_attention(t, q, k, v, label="scores around 1e4", atol=1e-6, got=got)
 
 
-@group("m1", "gradients")
+@group("m1", "gradients", depends=ATTENTION_GROUPS)
 def gradients(t: Tester):
     B, H, Lq, Lk = 2, 2, 5, 7
     q, k, v = attention_inputs(t, (B, H), Lq, Lk, 4, 6)
     mask = t.rand_bool(B, 1, Lq, Lk, p=0.75)
     mask[..., 0] = True
     g = t.randn(B, H, Lq, 6)
-    reply = t.call(SDPA, q, k, v, mask, grad_args=[0, 1, 2], backward=[g, None])
+    reply = t.call(SDPA, q, k, v, mask, grad_args=[0, 1, 2], backward=[g, None], catalogue=(CATALOGUE, "attention"))
     pair(t, reply["value"], q, k, v, f"`{SDPA}`")
     if reply.get("grads") is None:
         t.fail(f"No gradient reached q, k and v: {reply.get('grad_problem')}. Build the output with torch "
-               f"operations only (no .detach(), .item(), .numpy() or torch.no_grad()).")
-    qq, kk, vv = (x.clone().requires_grad_(True) for x in (q, k, v))
-    F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask).backward(g)
-    for name, got, want in zip("qkv", reply["grads"], (qq.grad, kk.grad, vv.grad)):
+               f"operations only (no .detach(), .item(), .numpy() or torch.no_grad()).", "graph_cut")
+    want = _grads(expected_attention, (q, k, v), mask, g)
+    tried = functools.cache(lambda: [(m, _grads(fn, (q, k, v), mask, g)) for m, fn in CATALOGUE.entries["attention"]])
+    for i, (name, got) in enumerate(zip("qkv", reply["grads"])):
         if got is None:
-            t.fail(f"No gradient reached `{name}`: the output does not depend on it through torch operations.")
-        t.expect_close(got, want, f"The gradient of the attention output with respect to {name}")
+            t.fail(f"No gradient reached `{name}`: the output does not depend on it through torch operations.",
+                   "graph_cut")
+        t.expect_close(got, want[i], f"The gradient of the attention output with respect to {name}",
+                       lambda i=i: [(m, gr[i]) for m, gr in tried() if gr is not None])
 
 
-def _op_count(t: Tester, func, *args, **kwargs):
-    rec = t.call(func, *args, record=True, **kwargs)["record"]
-    return rec["op_count"]
+def _grads(fn, inputs, mask, g):
+    """Gradients of fn(q, k, v, mask)[0] (the output) with respect to q, k, v; None where fn does not apply."""
+    leaves = [x.clone().requires_grad_(True) for x in inputs]
+    try:
+        result = fn(*leaves, mask)
+    except Exception:
+        return None
+    if result is None or not result[0].requires_grad or result[0].shape != g.shape:
+        return None
+    return torch.autograd.grad(result[0], leaves, g, allow_unused=True)
 
 
-@group("m1", "vectorization")
+@group("m1", "vectorization", depends=ATTENTION_GROUPS, style=True)
 def vectorization(t: Tester):
-    def count(lead, lq, lk):
+    def softmax_ops(shape):
+        x = t.randn(*shape)
+        reply = t.call("softmax", x, record=True)
+        t.works(reply["value"], torch.softmax(x, -1), "`softmax`")
+        return reply["record"]["op_count"]
+
+    def attention_ops(lead, lq, lk):
         q, k, v = attention_inputs(t, lead, lq, lk, 4, 3)
         mask = torch.ones(*lead[:1], 1, lq, lk, dtype=torch.bool)
-        return _op_count(t, SDPA, q, k, v, mask)
+        reply = t.call(SDPA, q, k, v, mask, record=True)
+        t.works(t.expect_pair(reply["value"], f"`{SDPA}`")[0], expected_attention(q, k, v, mask)[0], f"`{SDPA}`")
+        return reply["record"]["op_count"]
 
-    base = count((2, 2), 3, 4)
-    for label, args in (("the batch grew from 2 to 5", ((5, 2), 3, 4)),
-                        ("the number of heads grew from 2 to 4", ((2, 4), 3, 4)),
-                        ("the query length grew from 3 to 6", ((2, 2), 6, 4)),
-                        ("the key length grew from 4 to 9", ((2, 2), 3, 9))):
-        n = count(*args)
-        if n != base:
-            t.fail(f"`{SDPA}` ran {base} tensor operations at the base size but {n} when {label}: that "
-                   f"points to a Python loop over that dimension. Use batched operations (q @ "
-                   f"k.transpose(-2, -1), weights @ v) that handle every leading dimension at once.")
-    base = _op_count(t, "softmax", t.randn(2, 3, 4))
-    for label, shape in (("the first dimension grew from 2 to 5", (5, 3, 4)),
-                         ("the softmax dimension grew from 4 to 9", (2, 3, 9))):
-        n = _op_count(t, "softmax", t.randn(*shape))
-        if n != base:
-            t.fail(f"`softmax` ran {base} tensor operations at the base size but {n} when {label}: that "
-                   f"points to a Python loop. Use reductions with keepdim=True (amax, sum) instead.")
+    # softmax first: attention calls it, so a loop there would otherwise be blamed on attention.
+    t.expect_constant_ops({"base": softmax_ops((2, 3, 4)),
+                           "the first dimension grew from 2 to 5": softmax_ops((5, 3, 4)),
+                           "the softmax dimension grew from 4 to 9": softmax_ops((2, 3, 9))},
+                          "base size", "softmax", "Use reductions with keepdim=True (amax, sum) instead.")
+    t.expect_constant_ops({"base": attention_ops((2, 2), 3, 4),
+                           "the batch grew from 2 to 5": attention_ops((5, 2), 3, 4),
+                           "the number of heads grew from 2 to 4": attention_ops((2, 4), 3, 4),
+                           "the query length grew from 3 to 6": attention_ops((2, 2), 6, 4),
+                           "the key length grew from 4 to 9": attention_ops((2, 2), 3, 9)},
+                          "base size", SDPA, "Use batched operations (q @ k.transpose(-2, -1), weights @ v) "
+                          "that handle every leading dimension at once.")
 
 
-@group("m1", "from_scratch")
+@group("m1", "from_scratch", depends=ATTENTION_GROUPS, style=True)
 def from_scratch(t: Tester):
     q, k, v = attention_inputs(t, (2,), 3, 4, 4, 3)
     mask = torch.ones(2, 1, 4, dtype=torch.bool)
-    t.expect_allowed(t.call(SDPA, q, k, v, mask, record=True)["record"], SDPA)
-    t.expect_allowed(t.call("softmax", t.randn(2, 5), record=True)["record"], "softmax")
+    reply = t.call(SDPA, q, k, v, mask, record=True)
+    t.works(t.expect_pair(reply["value"], f"`{SDPA}`")[0], expected_attention(q, k, v, mask)[0], f"`{SDPA}`")
+    t.expect_allowed(reply["record"], SDPA)
+    x = t.randn(2, 5)
+    reply = t.call("softmax", x, record=True)
+    t.works(reply["value"], torch.softmax(x, -1), "`softmax`")
+    t.expect_allowed(reply["record"], "softmax")
 
 
-@group("m1", "dtype_inplace")
+@group("m1", "dtype_inplace", depends=ATTENTION_GROUPS, style=True)
 def dtype_inplace(t: Tester):
     q, k, v = attention_inputs(t, (2,), 3, 4, 4, 3, dtype=torch.float32)
     mask = t.rand_bool(2, 1, 4)
     mask[..., 0] = True
     reply = t.call(SDPA, q, k, v, mask, return_args=True)
     out, w = t.expect_pair(reply["value"], f"`{SDPA}`")
-    t.expect_tensor(out, "The output for float32 inputs", dtype=torch.float32)
-    t.expect_tensor(w, "The weights for float32 inputs", dtype=torch.float32)
+    t.works(out, expected_attention(q, k, v, mask)[0], f"`{SDPA}` on float32 inputs")
+    for name, value in (("output", out), ("weights", w)):
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+            t.fail(f"The {name} for float32 inputs should be float32, but it is {describe(value)}: keep the "
+                   f"inputs' dtype (do not convert with .double() or create float64 tensors).", "dtype_changed")
     for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, mask), reply["args_after"]):
         if not torch.equal(before, after):
             t.fail(f"`{SDPA}` changed its input `{name}` in place. Inputs must not be modified: use "
-                   f"out-of-place operations (masked_fill, not masked_fill_; x = x - m, not x -= m).")
+                   f"out-of-place operations (masked_fill, not masked_fill_; x = x - m, not x -= m).",
+                   "input_modified")
     x = t.randn(2, 5, dtype=torch.float32)
     reply = t.call("softmax", x, return_args=True)
-    t.expect_tensor(reply["value"], "`softmax` of a float32 tensor", dtype=torch.float32)
+    t.works(reply["value"], torch.softmax(x, -1), "`softmax` on float32 input")
+    if reply["value"].dtype != torch.float32:
+        t.fail(f"`softmax` of a float32 tensor returns {describe(reply['value'])}: keep the input's dtype.",
+               "dtype_changed")
     if not torch.equal(reply["args_after"][0], x):
         t.fail("`softmax` changed its input `x` in place (for example with x -= x.max() or x.exp_()). "
-               "Use out-of-place operations so the caller's tensor is left as it was.")
+               "Use out-of-place operations so the caller's tensor is left as it was.", "input_modified")
 
 
-@group("m1", "dropout")
+@group("m1", "dropout", depends=ATTENTION_GROUPS)
 def dropout(t: Tester):
     p = 0.5
     q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6)              # 512 weights
     exp_out, exp_w = expected_attention(q, k, v)
-    what = f"`{SDPA}(q, k, v, dropout_p={p})`"
-    out, w = pair(t, t.call(SDPA, q, k, v, dropout_p=p, seed=5)["value"], q, k, v, what)
+    out, w, what = run_attention(t, q, k, v, dropout_p=p, seed=5,
+                                 what=f"`{SDPA}(q, k, v, dropout_p={p})`")
     w = t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
     dropped = (w == 0)
     share = dropped.double().mean().item()
+    if share == 0 and t.close(w, exp_w):
+        t.fail(f"{what} returns the weights without dropout: `dropout_p` is ignored. Drop each attention "
+               f"weight with probability dropout_p (torch.nn.functional.dropout(weights, p=dropout_p)).",
+               "dropout_ignored")
     if share < 0.3 or share > 0.7:
         t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0; about {p:.0%} should be: "
                f"drop each attention weight with probability dropout_p (for example with "
                f"torch.nn.functional.dropout(weights, p=dropout_p)).")
     kept = ~dropped
-    t.expect_close(w[kept], exp_w[kept] / (1 - p), f"The weights kept by {what}", [
-        ("the weights that survive dropout must be divided by (1 - dropout_p), so the expected output is "
-         "unchanged (F.dropout does this).", exp_w[kept])])
+    t.expect_close(w[kept], exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
+        (Mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
+                 "so the expected output is unchanged (F.dropout does this)."), exp_w[kept])] + [
+        (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])
     t.expect_close(out, w @ v, f"The output from {what}", [
-        ("the output must be computed from the weights after dropout (output = weights @ v).", exp_out)])
-    out0, w0 = pair(t, t.call(SDPA, q, k, v, dropout_p=0.0)["value"], q, k, v, f"`{SDPA}(..., dropout_p=0.0)`")
-    t.expect_close(w0, exp_w, f"The weights from `{SDPA}(q, k, v, dropout_p=0.0)` (no dropout)")
+        (Mistake("dropout_after_output", "the output must be computed from the weights after dropout "
+                 "(output = weights @ v)."), exp_out)])
+    out0, w0, what0 = run_attention(t, q, k, v, dropout_p=0.0, what=f"`{SDPA}(q, k, v, dropout_p=0.0)`")
+    check_attention(t, q, k, v, label="dropout_p=0.0", got=(out0, w0, what0))

@@ -6,7 +6,6 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,20 +26,11 @@ class WorkerLost(Exception):
 
 
 class Worker:
-    """One worker subprocess with the given folders first on its sys.path.
+    """The judge's end of one worker process: requests with a deadline, the student's output, the kill.
 
-    `command_prefix` wraps the command (a sandbox such as bwrap); `env` replaces the environment.
+    Workers are made by `sandbox.Slot` (the only way student code starts); `_attach` takes the
+    process's pipes and waits for the worker's hello.
     """
-
-    def __init__(self, folders: list[Path], startup_timeout: float = 90.0,
-                 command_prefix: list[str] | None = None, env: dict | None = None,
-                 python: str = sys.executable, output_limit: int | None = None):
-        cmd = [*(command_prefix or []), python, "-I", "-B", "-c", WORKER_SOURCE, *map(str, folders)]
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env if env is not None else clean_env(), start_new_session=True,
-            cwd=str(folders[0]) if folders else None)
-        self._attach(proc, startup_timeout, output_limit)
 
     def _attach(self, proc, startup_timeout: float, output_limit: int | None):
         """Start reading the student's output of `proc` and wait for the worker's hello."""
@@ -123,11 +113,8 @@ class Worker:
         return self.proc.poll() is None
 
     def _stop(self):
-        """Kill the worker and everything it started (its own session)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            self.proc.kill()
+        """Kill the worker and everything it started (the fork server kills its session and uid)."""
+        self.proc.kill()
 
     def kill(self) -> int | None:
         if self.proc.poll() is None:

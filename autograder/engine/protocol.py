@@ -8,12 +8,13 @@ from __future__ import annotations
 import io
 import struct
 
-import torch
-
 MAX_FRAME = 512 * 1024 * 1024
 
 
+# torch is imported on first use: `course grade` starts the sandboxed worker before the judge pays
+# for importing torch, so both imports run at once.
 def encode(obj) -> bytes:
+    import torch
     buf = io.BytesIO()
     torch.save(obj, buf)
     data = buf.getvalue()
@@ -21,4 +22,5 @@ def encode(obj) -> bytes:
 
 
 def decode(data: bytes):
+    import torch
     return torch.load(io.BytesIO(data), weights_only=True)

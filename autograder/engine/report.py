@@ -7,13 +7,17 @@ import textwrap
 from .grade import Result
 
 
+def _mark(c) -> str:
+    return "ok  " if c.passed else ("----" if not c.judged else "FAIL")
+
+
 def table(result: Result, who: str = "") -> str:
     width = max(len(c.name) for c in result.checks) if result.checks else 10
     head = f"Milestone {result.milestone}" + (f" - {who}" if who else "") + f" (seed {result.seed})"
     lines = [head, "-" * max(len(head), width + 22)]
     for c in result.checks:
-        mark = "ok  " if c.passed else "FAIL"
-        lines.append(f"{mark}  {c.name:<{width}}  {c.score:>3} / {c.max_score}")
+        lines.append(f"{_mark(c)}  {c.name:<{width}}  {c.score:>3} / {c.max_score}"
+                     + ("  (not judged)" if not c.judged else "") + ("  *" if c.stand_ins else ""))
     lines.append(f"{'':4}  {'total':<{width}}  {result.score:>3} / {result.max_score}")
     return "\n".join(lines)
 
@@ -22,6 +26,9 @@ def feedback(result: Result) -> str:
     files = ", ".join(f"{f.name} ({f.source})" for f in result.files)
     lines = [table(result), "", f"Files graded: {files}"]
     lines += [f"Note: {n}" for n in result.notes]
+    starred = {c.note for c in result.checks if c.stand_ins}
+    for note in sorted(starred):
+        lines += [""] + textwrap.wrap(f"* {note}", 96, subsequent_indent="  ")
     failed = [c for c in result.checks if not c.passed]
     if not failed:
         lines += ["", "Every check passed. Well done!"]
@@ -46,7 +53,8 @@ def gradescope(result: Result) -> dict:
         "visibility": "visible",
         "tests": [
             {"name": c.name, "score": c.score, "max_score": c.max_score,
-             "output": c.message or "Passed.", "visibility": "visible"}
+             "output": "\n".join(filter(None, [c.message if not c.passed else "Passed.", c.note])),
+             "visibility": "visible"}
             for c in result.checks
         ],
         "extra_data": {"seed": result.seed, "elapsed_seconds": round(result.elapsed, 3),

@@ -6,11 +6,19 @@ protocol.py) on stdin, runs the student's function, and writes plain tensors bac
 of stdout. The student's own prints go to stderr, which the judge drains and keeps a tail of.
 
 Requests:
-  {"op": "import", "modules"}
+  {"op": "import", "modules", "references"}
   {"op": "call", "module", "func", "args", "kwargs", "seed", "record", "grad_args", "backward", "return_args"}
   {"op": "module", "module", "cls", "args", "kwargs", "params", "train", "seed", "calls",
    "attrs", "record", "backward", "param_grads"}
-Replies: {"ok": True, ...} or {"ok": False, "kind", "type", "message", "traceback"}.
+  {"op": "run", "source", "entry", "args", "kwargs", "seed", "record"}: a judge recipe (a function
+   whose source is sent), for objects that must live beside the student's code.
+Every request may carry "patches": [{"module", "name", "source", "defines"}]: a correct stand-in
+replaces the student's `module.name` for the duration of that request only.
+Replies: {"ok": True, ...} or {"ok": False, "kind", "type", "message", "traceback", "inside"}.
+
+The course's reference modules (earlier milestones) are imported first and their functions and
+forward methods wrapped: an error raised inside them is reported as happening at the student's call,
+with the shapes and dtypes the student passed ("inside"), and their frames are never shown.
 """
 import importlib
 import io
@@ -20,6 +28,7 @@ import sys
 import traceback
 
 FOLDERS = [os.path.realpath(p) for p in sys.argv[1:]]
+REFERENCE_FILES = set()      # realpaths of the course's reference modules (their frames are hidden)
 
 # Protocol channel: a private duplicate of stdout; fd 1 then points at stderr.
 _proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
@@ -91,9 +100,10 @@ class Recorder:
 
 
 def _student_frames(tb):
-    # "<string>" frames are this worker's own code (it runs via -c): never show them.
+    # "<string>" frames are this worker's own code (it runs via -c): never show them, nor the course's.
     frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith("<")
-              and os.path.realpath(f.filename).startswith(tuple(FOLDERS))]
+              and os.path.realpath(f.filename).startswith(tuple(FOLDERS))
+              and os.path.realpath(f.filename) not in REFERENCE_FILES]
     lines = []
     for f in frames[-6:]:
         lines.append(f'  File "{os.path.basename(f.filename)}", line {f.lineno}, in {f.name}')
@@ -107,10 +117,52 @@ def _error(kind, exc):
     if len(message) > 500:
         message = message[:500] + "..."
     return {"ok": False, "kind": kind, "type": type(exc).__name__, "message": message,
-            "traceback": _student_frames(exc.__traceback__)}
+            "traceback": _student_frames(exc.__traceback__), "inside": getattr(exc, "_course_call", None)}
 
 
-def plain(x, depth=0):
+def _describe_arg(x):
+    if isinstance(x, torch.Tensor):
+        return f"[{', '.join(map(str, x.shape))}] {str(x.dtype).replace('torch.', '')}"
+    if x is None or type(x) in (bool, int, float, str):
+        return repr(x)[:40]
+    return type(x).__name__
+
+
+def _wrap(fn, where, names):
+    """fn, reporting an exception raised inside it together with what the caller passed."""
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            # Set again at every level on the way out: the outermost course call is the student's.
+            given = [f"{n} {_describe_arg(a)}" for n, a in zip(names, args) if n != "self"]
+            given += [f"{k}={_describe_arg(v)}" for k, v in kwargs.items()]
+            e._course_call = {"where": where, "args": ", ".join(given) or "no arguments"}
+            raise
+    wrapped.__wrapped__ = fn
+    wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+    wrapped.__doc__ = getattr(fn, "__doc__", None)
+    return wrapped
+
+
+def _wrap_reference(module):
+    """Wrap the public functions and Module.forward methods a reference module defines."""
+    import inspect
+    REFERENCE_FILES.add(os.path.realpath(module.__file__))
+    file = os.path.basename(module.__file__)
+    for name, obj in list(vars(module).items()):
+        if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if inspect.isfunction(obj):
+            params = list(inspect.signature(obj).parameters)
+            setattr(module, name, _wrap(obj, f"`{name}` ({file})", params))
+        elif isinstance(obj, type) and issubclass(obj, torch.nn.Module) and "forward" in vars(obj):
+            params = list(inspect.signature(obj.forward).parameters)
+            obj.forward = _wrap(obj.forward, f"`{name}.forward` ({file})", params)
+            obj.forward.__qualname__ = f"{name}.forward"
+
+
+def plain(x, depth=0, limit=3):
     """Turn a student's return value into tensors and plain values (never their objects)."""
     if isinstance(x, torch.Tensor):
         t = x.detach().as_subclass(torch.Tensor)
@@ -119,9 +171,12 @@ def plain(x, depth=0):
         return t.clone()
     if x is None or type(x) in (bool, int, float, str):
         return x
-    if depth < 3 and type(x) in (tuple, list):
-        items = [plain(v, depth + 1) for v in x]
+    if depth < limit and type(x) in (tuple, list):
+        items = [plain(v, depth + 1, limit) for v in x]
         return tuple(items) if type(x) is tuple else items
+    if depth < limit and type(x) is dict and all(type(k) is str for k in x):
+        # Wrapped, so a student's dict can never pose as one of the worker's own markers.
+        return {"__dict__": {k: plain(v, depth + 1, limit) for k, v in x.items()}}
     try:
         text = repr(x)[:200]
     except Exception:
@@ -153,12 +208,57 @@ def _load(name):
     return importlib.import_module(name)
 
 
+_STAND_IN_CACHE = {}
+
+
+class _Patched:
+    """Replace student callables by the judge's stand-ins for one request; put them back after."""
+
+    def __init__(self, patches):
+        self.patches = patches or []
+        self.saved = []
+
+    def __enter__(self):
+        for p in self.patches:
+            module = _load(p["module"])
+            key = (p["source"], p["defines"])
+            if key not in _STAND_IN_CACHE:
+                namespace = {"__name__": "course_stand_in"}
+                exec("import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
+                     + p["source"], namespace)
+                _STAND_IN_CACHE[key] = namespace[p["defines"]]
+            old = vars(module).get(p["name"], _MISSING)
+            self.saved.append((module, p["name"], old))
+            _ORIGINALS[(module.__name__, p["name"])] = None if old is _MISSING else old
+            setattr(module, p["name"], _STAND_IN_CACHE[key])
+        return self
+
+    def __exit__(self, *exc):
+        for module, name, old in reversed(self.saved):
+            _ORIGINALS.pop((module.__name__, name), None)
+            if old is _MISSING:
+                vars(module).pop(name, None)
+            else:
+                setattr(module, name, old)
+        return False
+
+
+_MISSING = object()
+_ORIGINALS = {}     # (module, name) -> the student's own object while a stand-in replaces it
+
+
+def _target(module, name):
+    """What a request calls directly: always the student's own object, never a stand-in."""
+    key = (module.__name__, name)
+    return _ORIGINALS[key] if key in _ORIGINALS else getattr(module, name, None)
+
+
 def op_call(req):
     try:
         module = _load(req["module"])
     except BaseException as e:
         return _error("import", e)
-    func = getattr(module, req["func"], None)
+    func = _target(module, req["func"])
     if not callable(func):
         return {"ok": False, "kind": "missing", "type": "AttributeError",
                 "message": f"{req['module']}.py has no function {req['func']}", "traceback": ""}
@@ -194,7 +294,7 @@ def op_module(req):
         module = _load(req["module"])
     except BaseException as e:
         return _error("import", e)
-    cls = getattr(module, req["cls"], None)
+    cls = _target(module, req["cls"])
     if not isinstance(cls, type):
         return {"ok": False, "kind": "missing", "type": "AttributeError",
                 "message": f"{req['module']}.py has no class {req['cls']}", "traceback": ""}
@@ -219,7 +319,7 @@ def op_module(req):
             own = dict(obj.named_parameters())
             missing = [k for k in given if k not in own]
             if missing:
-                return {"ok": False, "kind": "exception", "type": "AttributeError",
+                return {"ok": False, "kind": "params", "type": "AttributeError",
                         "message": f"{req['cls']} has no parameter(s) {', '.join(missing)}", "traceback": ""}
             with torch.no_grad():
                 for k, v in given.items():
@@ -265,7 +365,13 @@ def op_module(req):
 
 
 def op_import(req):
-    """Import the student's modules once, so a crash at import is seen before any check runs."""
+    """Import the course's reference modules (wrapped), then the student's, so a crash at import is
+    seen before any check runs."""
+    for name in req.get("references", []):
+        try:
+            _wrap_reference(_load(name))
+        except BaseException as e:
+            return _error("import", e)
     for name in req.get("modules", []):
         try:
             _load(name)
@@ -274,7 +380,23 @@ def op_import(req):
     return {"ok": True}
 
 
-OPS = {"call": op_call, "module": op_module, "import": op_import}
+def op_run(req):
+    """Run a judge recipe: the source of one function, called with the request's arguments."""
+    namespace = {"__name__": "course_recipe"}
+    exec(req["source"], namespace)
+    torch.manual_seed(req.get("seed", 0))
+    rec = Recorder(req.get("record", False))
+    try:
+        with rec:
+            result = namespace[req["entry"]](*req.get("args", []), **req.get("kwargs", {}))
+    except NotImplementedError as e:
+        return _error("not_implemented", e)
+    except Exception as e:
+        return _error("exception", e)
+    return {"ok": True, "value": plain(result, limit=6), "record": rec.summary()}
+
+
+OPS = {"call": op_call, "module": op_module, "import": op_import, "run": op_run}
 
 
 def _read_exact(n):
@@ -310,7 +432,8 @@ def main():
             return
         req = torch.load(io.BytesIO(body), weights_only=True)
         try:
-            reply = OPS[req["op"]](req)
+            with _Patched(req.get("patches")):
+                reply = OPS[req["op"]](req)
         except SystemExit as e:
             reply = {"ok": False, "kind": "exit", "type": "SystemExit",
                      "message": f"student code called sys.exit({e.code!r})", "traceback": _student_frames(e.__traceback__)}

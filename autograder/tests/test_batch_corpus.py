@@ -1,4 +1,5 @@
-"""The adversarial corpus: every hostile submission in tests/hostile/m1/ graded in ONE parallel batch.
+"""The adversarial corpus: every hostile submission in tests/hostile/m1/ graded in ONE parallel batch,
+once in the default sandbox (bubblewrap when it works) and once in resource-limits mode on purpose.
 
 SAFETY: each corpus file is harmless even if run unsandboxed as root (the memory bomb stops at 6 GB,
 the fork bomb at 300 children that sleep 20 s, the network attempt is a 2 s connect to
@@ -22,7 +23,7 @@ import pytest
 
 from autograder import config
 from autograder.batch.run import grade_class
-from autograder.batch.sandbox import bwrap_works
+from autograder.engine.sandbox import bwrap_works
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "hostile" / "m1"
@@ -39,34 +40,37 @@ EXPECTED = {
     "syntax_error":     (0, ALL, "SyntaxError", False),
     "import_exception": (0, ALL, "configuration file not found", False),
     "missing_function": (18, {"mask_helpers"}, "has no function causal_mask", False),
-    "wrong_types":      (5, {"softmax", "shapes", "masking", "parity", "stability", "gradients", "dtype_inplace",
-                             "dropout"},
-                         "should be a tensor", False),
+    # Code that computes nothing right earns nothing for how it is written either.
+    "wrong_types":      (2, ALL - {"mask_helpers"}, "should be a tensor", False),
     "wrong_shapes":     (8, {"mask_helpers", "shapes", "masking", "parity", "stability", "dropout"}, "shape", False),
-    "nan_outputs":      (7, {"softmax", "masking", "parity", "stability", "gradients", "dropout"}, "NaN", False),
-    "network":          (0, ALL, "could not reach the answer server", False),
+    # Its softmax gives NaN: charged in softmax; attention is graded with a correct stand-in.
+    "nan_outputs":      (12, {"softmax", "stability", "vectorization", "from_scratch", "dtype_inplace"}, "NaN", False),
+    "network":          (0, ALL, "could not reach the answer server", True),     # no network: bwrap only
     # Its own work is the stub: 0. Unsandboxed, the repository is readable and the cheat works.
     "read_solution":    (0, ALL, "not implemented yet", True),
     # Patching torch/numpy in the worker cannot touch the judge: scored like its naive softmax.
-    "monkeypatch":      (13, {"softmax", "masking", "stability"}, "NaN", False),
+    "monkeypatch":      (16, {"softmax", "stability"}, "NaN", False),
     "fake_results":     (0, ALL, "not implemented yet", False),
     "print_100mb":      (18, {"mask_helpers"}, "printed more than", False),
     "delete_files":     (20, set(), "", False),
     # It also ignores dropout_p (F.scaled_dot_product_attention is called without it).
     "forbidden_api":    (18, {"from_scratch", "dropout"}, "scaled_dot_product_attention", False),
+    "stdlib_imports":   (20, set(), "", False),
 }
 SANDBOXED = bwrap_works()[0]
 
 
-@pytest.fixture(scope="module")
-def batch():
+@pytest.fixture(scope="module", params=["auto", "rlimits"])
+def batch(request):
+    """The whole corpus in one batch: in the default sandbox, and in resource-limits mode on purpose
+    (the mode every machine without bubblewrap uses: correct code must still get full marks there)."""
     work = Path(tempfile.mkdtemp(prefix="corpus-test-"))
     try:
         subs = work / "subs"
         shutil.copytree(CORPUS, subs)
         (subs / "reference").mkdir()
         shutil.copy(COURSE.root / "solutions" / "m1_attention" / "attention.py", subs / "reference")
-        run = grade_class(subs, "m1", work / "out", jobs=2, course=COURSE, progress=False)
+        run = grade_class(subs, "m1", work / "out", jobs=2, course=COURSE, progress=False, sandbox=request.param)
         yield run, work / "out"
     finally:
         assert work.resolve().is_relative_to(Path(tempfile.gettempdir()).resolve())
@@ -81,8 +85,8 @@ def test_every_corpus_entry_has_an_expectation():
 def test_hostile_submission_outcome(batch, name):
     run, out = batch
     score, failing, words, needs_sandbox = EXPECTED[name]
-    if needs_sandbox and not SANDBOXED:
-        pytest.skip("bubblewrap cannot run here: files are not isolated (resource limits only)")
+    if needs_sandbox and run.sandbox.mode != "bwrap":
+        pytest.skip("resource-limits mode: files are not isolated (the report says so)")
     r = run.results[name]
     assert {c.name for c in r.checks if not c.passed} == failing, [(c.name, c.message[:120]) for c in r.checks]
     assert r.score == score
@@ -93,7 +97,7 @@ def test_hostile_submission_outcome(batch, name):
     # What the platforms receive is the judge's score, whatever the submission wrote.
     data = json.loads((out / "results" / name / "results.json").read_text())
     assert data["score"] == score and data["max_score"] == 20
-    assert any("Sandbox" in n for n in r.notes)
+    assert any("NOT isolated" in n for n in r.notes) == (run.sandbox.mode != "bwrap")
 
 
 def test_the_rest_of_the_batch_is_unaffected(batch):
@@ -109,6 +113,5 @@ def test_the_rest_of_the_batch_is_unaffected(batch):
 def test_sandbox_mode_is_stated(batch):
     run, out = batch
     summary = (out / "summary.md").read_text()
-    assert run.sandbox.mode == ("bwrap" if SANDBOXED else "rlimits")
-    if not SANDBOXED:
-        assert "NOT isolated" in summary
+    assert run.sandbox.mode in (("bwrap",) if SANDBOXED else ()) + ("rlimits",)
+    assert ("NOT isolated" in summary) == (run.sandbox.mode != "bwrap")

@@ -9,11 +9,65 @@ from conftest import COURSE, graded, subjects
 
 MILESTONES = ["m1", "m2"]
 
+# Files with the right names, shapes and dtypes that compute nothing (KIND: zeros, input or random).
+_FAKE = """
+import torch
+def _fake(x, shape=None):
+    shape = x.shape if shape is None else shape
+    if KIND == "zeros":
+        return torch.zeros(shape, dtype=x.dtype)
+    if KIND == "random":
+        return torch.rand(shape, dtype=x.dtype)
+    return x if tuple(x.shape) == tuple(shape) else torch.zeros(shape, dtype=x.dtype) + x.mean()
+"""
+NOTHING = {
+    "m1": _FAKE + """
+def softmax(x, dim=-1):
+    return _fake(x)
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
+    return _fake(q, q.shape[:-1] + v.shape[-1:]), _fake(q, q.shape[:-1] + k.shape[-2:-1])
+def padding_mask(tokens, pad_id):
+    return _fake(tokens, (tokens.shape[0], 1, tokens.shape[1])).bool()
+def causal_mask(size, device=None):
+    return _fake(torch.ones(size, size), (size, size)).bool()
+""",
+    "m2": _FAKE + """
+from torch import nn
+def split_heads(x, num_heads):
+    B, L, d = x.shape
+    return _fake(x, (B, num_heads, L, d // num_heads))
+def merge_heads(x):
+    B, H, L, d_k = x.shape
+    return _fake(x, (B, L, H * d_k))
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        self.attn_weights = None
+    def forward(self, query, key, value, mask=None):
+        B, Lq, _ = query.shape
+        self.attn_weights = _fake(query, (B, self.num_heads, Lq, key.shape[1])).detach()
+        return _fake(query) + 0 * self.w_o(query)
+""",
+}
+
+
+def _listed(path, key) -> list[str]:
+    m = re.search(rf"^{key}:\s*(.+)$", path.read_text(), re.M)
+    assert m, f"{path.name} has no '{key}:' line in its docstring"
+    return [g.strip() for g in m.group(1).split(",") if g.strip()]
+
 
 def catches(path) -> list[str]:
-    m = re.search(r"^CATCHES:\s*(.+)$", path.read_text(), re.M)
-    assert m, f"{path.name} has no 'CATCHES:' line in its docstring"
-    return [g.strip() for g in m.group(1).split(",") if g.strip()]
+    return _listed(path, "CATCHES")
+
+
+def diagnosis(path) -> list[str]:
+    """The causes the report may name: the first must be named; 'none' means none may be."""
+    return _listed(path, "DIAGNOSIS")
 
 
 def by_kind(milestone, kind):
@@ -77,3 +131,40 @@ def test_samples_get_partial_credit(milestone):
     for name, r in samples.items():
         assert 0 < r.score < r.max_score, (name, r.score)
         assert not r.internal_errors
+
+
+def named_causes(result) -> set[str]:
+    return {c.cause for c in result.checks if not c.passed and c.cause}
+
+
+@pytest.mark.parametrize("milestone, name", _mutant_cases())
+def test_mutant_gets_its_diagnosis_and_no_wrong_one(milestone, name):
+    """Feedback names the mistake (the first DIAGNOSIS entry) and never a cause the mutant does not have."""
+    want = diagnosis(subjects(milestone)[name])
+    named = named_causes(graded(milestone)[name])
+    if want == ["none"]:
+        assert not named, f"{name}: named {named}, but no cause is known for this mistake"
+        return
+    assert want[0] in named, f"{name}: the report should name {want[0]}; it named {named or 'nothing'}"
+    assert named <= set(want), f"{name}: the report names {named - set(want)}, which this mutant does not have"
+
+
+@pytest.mark.parametrize("milestone", MILESTONES)
+def test_most_mutants_get_a_named_cause(milestone):
+    """Issue goal: at least 90% of the suite's mutants get the right named cause."""
+    mutants = by_kind(milestone, "mutants")
+    named = [n for n, p in mutants.items() if diagnosis(p) != ["none"]]
+    assert len(named) >= 0.9 * len(mutants), f"only {len(named)} of {len(mutants)} mutants have a named cause"
+
+
+@pytest.mark.parametrize("milestone", MILESTONES)
+def test_a_file_that_computes_nothing_scores_zero(milestone, tmp_path):
+    """Points for how code is written only when it works: zeros, the input, or noise earn nothing."""
+    from autograder.engine.grade import grade
+    m = COURSE.milestone(milestone)
+    for kind in ("zeros", "input", "random"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        (folder / m.files[0]).write_text(NOTHING[milestone].replace("KIND", repr(kind)))
+        r = grade(folder, milestone, course=COURSE)
+        assert r.score == 0, (kind, [(c.name, c.score) for c in r.checks if c.score])

@@ -1,6 +1,7 @@
 """Mistake: the 0/1 bool mask is converted to float and added to the scores instead of masking.
 
-CATCHES: masking, parity, gradients
+CATCHES: masking, parity, gradients, dtype_inplace
+DIAGNOSIS: mask_added
 """
 
 import math

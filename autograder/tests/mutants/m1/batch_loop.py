@@ -1,6 +1,7 @@
 """Mistake: attention loops in Python over every leading (batch/head) index.
 
 CATCHES: vectorization
+DIAGNOSIS: python_loop
 """
 
 import math

@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: causal_mask ignores its device argument.
 
 CATCHES: mask_helpers
+DIAGNOSIS: causal_ignores_device
 """
 """Milestone 1: scaled dot-product attention and masks.
 

@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: dropout_p is ignored.
 
 CATCHES: dropout
+DIAGNOSIS: dropout_ignored
 """
 """Milestone 1: scaled dot-product attention and masks.
 

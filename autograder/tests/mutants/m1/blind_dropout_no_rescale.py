@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: dropout zeroes weights but does not rescale the kept ones by 1/(1-p).
 
 CATCHES: dropout
+DIAGNOSIS: dropout_no_rescale
 """
 """Milestone 1: scaled dot-product attention and masks.
 

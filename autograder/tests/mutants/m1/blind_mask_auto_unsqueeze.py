@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: a 3-D mask is unsqueezed for heads inside attention, breaking plain broadcasting of a per-head mask.
 
 CATCHES: masking
+DIAGNOSIS: mask_unsqueezed
 """
 """Milestone 1: scaled dot-product attention and masks.
 

@@ -1,6 +1,7 @@
 """Mistake: causal_mask returns a float 0/1 tensor (torch.tril(torch.ones(L, L))) instead of bool.
 
 CATCHES: mask_helpers
+DIAGNOSIS: mask_not_bool
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: causal_mask leaves out the diagonal (tril(-1)), so a position cannot attend to itself.
 
 CATCHES: mask_helpers
+DIAGNOSIS: causal_no_diagonal
 """
 
 import math

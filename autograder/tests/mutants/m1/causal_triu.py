@@ -1,6 +1,7 @@
 """Mistake: causal_mask uses triu, so True sits on and above the diagonal (future keys allowed).
 
 CATCHES: mask_helpers
+DIAGNOSIS: causal_transposed
 """
 
 import math

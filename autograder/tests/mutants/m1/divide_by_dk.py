@@ -2,7 +2,8 @@
 
 (The stability group fails it only by ~1e-9 at the default seed, so it is not listed.)
 
-CATCHES: masking, parity, gradients
+CATCHES: shapes, masking, parity, gradients, vectorization, from_scratch, dtype_inplace, dropout
+DIAGNOSIS: divide_by_dk
 """
 
 import math

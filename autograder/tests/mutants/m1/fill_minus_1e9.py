@@ -4,6 +4,7 @@ Rows with at least one allowed key are exact (exp(-1e9) == 0), so only the fully
 rows of the masking group reveal it.
 
 CATCHES: masking
+DIAGNOSIS: fill_large_negative
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: the scores are q @ k with no transpose of k (only runs when Lk == d_k, and is wrong then).
 
-CATCHES: shapes, masking, parity, stability, gradients
+CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+DIAGNOSIS: k_not_transposed
 """
 
 import math

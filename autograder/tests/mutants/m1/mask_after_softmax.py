@@ -1,6 +1,7 @@
 """Mistake: the mask is applied after the softmax (weights zeroed, rows no longer sum to 1).
 
-CATCHES: masking, parity, gradients
+CATCHES: masking, parity, gradients, dtype_inplace
+DIAGNOSIS: mask_after_softmax
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: the mask polarity is inverted (blocks the keys where the mask is True).
 
-CATCHES: masking, parity, gradients
+CATCHES: masking, parity, gradients, vectorization, from_scratch, dtype_inplace
+DIAGNOSIS: mask_inverted
 """
 
 import math

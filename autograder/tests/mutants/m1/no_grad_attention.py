@@ -1,6 +1,7 @@
 """Mistake: attention runs under torch.no_grad() "to save memory", so no gradient reaches q, k, v.
 
 CATCHES: gradients
+DIAGNOSIS: graph_cut
 """
 
 import math

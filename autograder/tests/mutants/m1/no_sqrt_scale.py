@@ -3,7 +3,8 @@
 (The stability group does not catch it: with scores around 1e4 the weights are one-hot
 with or without the scaling.)
 
-CATCHES: masking, parity, gradients
+CATCHES: shapes, masking, parity, gradients, vectorization, from_scratch, dtype_inplace, dropout
+DIAGNOSIS: no_sqrt
 """
 
 import math

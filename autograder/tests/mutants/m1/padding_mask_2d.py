@@ -1,6 +1,7 @@
 """Mistake: padding_mask returns [B, L] without the query dimension of size 1.
 
 CATCHES: mask_helpers
+DIAGNOSIS: padding_mask_no_query_dim
 """
 
 import math

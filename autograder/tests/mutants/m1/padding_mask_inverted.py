@@ -1,6 +1,7 @@
 """Mistake: padding_mask is True at the padding positions (tokens == pad_id).
 
 CATCHES: mask_helpers
+DIAGNOSIS: padding_mask_inverted
 """
 
 import math

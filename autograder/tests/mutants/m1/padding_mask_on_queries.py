@@ -1,6 +1,7 @@
 """Mistake: padding_mask adds the size-1 dimension last ([B, L, 1]), masking queries instead of keys.
 
 CATCHES: mask_helpers
+DIAGNOSIS: padding_mask_on_queries
 """
 
 import math

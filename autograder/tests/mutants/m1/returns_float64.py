@@ -1,6 +1,7 @@
 """Mistake: attention casts q, k, v to float64 "for accuracy" and returns float64 for float32 input.
 
 CATCHES: dtype_inplace
+DIAGNOSIS: dtype_changed
 """
 
 import math

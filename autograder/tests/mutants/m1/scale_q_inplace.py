@@ -2,7 +2,8 @@
 
 In-place on a leaf that requires grad also raises during the gradient check.
 
-CATCHES: dtype_inplace, gradients
+CATCHES: gradients, dtype_inplace
+DIAGNOSIS: input_modified
 """
 
 import math

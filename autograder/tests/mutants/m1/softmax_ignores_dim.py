@@ -1,6 +1,7 @@
 """Mistake: softmax always reduces over the last dimension, whatever `dim` says.
 
 CATCHES: softmax
+DIAGNOSIS: softmax_ignores_dim
 """
 
 import math

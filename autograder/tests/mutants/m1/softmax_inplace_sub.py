@@ -3,6 +3,7 @@
 Inside attention the in-place shift also overwrites a tensor autograd saved for amax's backward.
 
 CATCHES: gradients, dtype_inplace
+DIAGNOSIS: input_modified, inplace_breaks_autograd
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: softmax subtracts the max without guarding all -inf slices, which then give NaN.
 
-CATCHES: softmax, masking
+CATCHES: softmax
+DIAGNOSIS: softmax_nan_blocked_row
 """
 
 import math

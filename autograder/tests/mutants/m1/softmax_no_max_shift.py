@@ -3,6 +3,7 @@
 The all -inf guard is kept (0 / 1), so ordinary inputs and masking are still right.
 
 CATCHES: stability
+DIAGNOSIS: softmax_overflow
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: attention takes the softmax over dim -2 (the queries) instead of over the keys.
 
-CATCHES: masking, parity, stability, gradients
+CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+DIAGNOSIS: softmax_dim
 """
 
 import math

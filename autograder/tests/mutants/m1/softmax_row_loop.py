@@ -1,6 +1,7 @@
 """Mistake: softmax loops in Python over the slices along `dim`, one row at a time.
 
 CATCHES: vectorization
+DIAGNOSIS: python_loop
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: attention returns (weights, output) instead of (output, weights).
 
-CATCHES: shapes, masking, parity, stability, gradients
+CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+DIAGNOSIS: swapped_return
 """
 
 import math

@@ -1,6 +1,7 @@
 """Mistake: softmax calls torch.softmax instead of being written from basic operations.
 
 CATCHES: from_scratch
+DIAGNOSIS: forbidden_api
 """
 
 import math

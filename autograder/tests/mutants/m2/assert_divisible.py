@@ -2,6 +2,7 @@
 under python -O) instead of ValueError.
 
 CATCHES: init_errors
+DIAGNOSIS: wrong_exception
 """
 import torch
 from torch import nn

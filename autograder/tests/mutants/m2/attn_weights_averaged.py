@@ -2,6 +2,7 @@
 of per head [B, H, Lq, Lk].
 
 CATCHES: shapes, head_weights
+DIAGNOSIS: weights_averaged
 """
 import torch
 from torch import nn

@@ -1,6 +1,7 @@
 """Mistake: the attention weights are never stored (self.attn_weights stays None).
 
 CATCHES: shapes, head_weights
+DIAGNOSIS: weights_not_stored
 """
 import torch
 from torch import nn

@@ -2,6 +2,7 @@
 a time (correct values, but not vectorised).
 
 CATCHES: vectorization
+DIAGNOSIS: python_loop
 """
 import torch
 from torch import nn

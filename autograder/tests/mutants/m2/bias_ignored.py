@@ -1,6 +1,7 @@
 """Mistake: the `bias` argument is ignored: the four projections always have a bias.
 
 CATCHES: parity, init_errors
+DIAGNOSIS: bias_ignored
 """
 import torch
 from torch import nn

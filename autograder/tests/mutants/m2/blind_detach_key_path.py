@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: the key input is detached, so no gradient reaches it.
 
 CATCHES: gradients
+DIAGNOSIS: graph_cut
 """
 """Milestone 2: multi-head attention.
 

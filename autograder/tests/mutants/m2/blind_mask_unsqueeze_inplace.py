@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: mask.unsqueeze_ changes the caller's mask in place.
 
 CATCHES: shapes
+DIAGNOSIS: input_modified
 """
 """Milestone 2: multi-head attention.
 

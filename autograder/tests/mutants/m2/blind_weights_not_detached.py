@@ -1,6 +1,7 @@
 """Written blind from the stub docstrings: self.attn_weights keeps the autograd graph (not detached).
 
 CATCHES: head_weights
+DIAGNOSIS: weights_not_detached
 """
 """Milestone 2: multi-head attention.
 

@@ -1,7 +1,8 @@
 """Mistake: the output comes from PyTorch's fused F.scaled_dot_product_attention; the
 milestone 1 function is only called to get the weights for self.attn_weights.
 
-CATCHES: from_scratch
+CATCHES: dropout, from_scratch
+DIAGNOSIS: forbidden_api, dropout_not_on_weights
 """
 import torch
 import torch.nn.functional as F

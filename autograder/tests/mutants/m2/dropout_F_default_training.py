@@ -2,6 +2,7 @@
 argument defaults to True, so it stays on in eval mode; the output is recomputed as weights @ v.
 
 CATCHES: dropout
+DIAGNOSIS: dropout_in_eval
 """
 import torch
 import torch.nn.functional as F

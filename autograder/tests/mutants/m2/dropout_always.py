@@ -2,6 +2,7 @@
 attention dropout is active in eval mode too.
 
 CATCHES: dropout
+DIAGNOSIS: dropout_in_eval
 """
 import torch
 from torch import nn

@@ -2,6 +2,7 @@
 mode has no attention dropout at all.
 
 CATCHES: dropout
+DIAGNOSIS: dropout_never
 """
 import torch
 from torch import nn

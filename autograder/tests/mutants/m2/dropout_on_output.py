@@ -1,6 +1,7 @@
 """Dropout on the output instead of the attention weights.
 
 CATCHES: dropout
+DIAGNOSIS: dropout_not_on_weights
 """
 """Milestone 2: multi-head attention.
 

@@ -1,7 +1,8 @@
 """Mistake: one fused nn.Linear(d_model, 3*d_model) named in_proj (chunked into q, k, v) and an
 output projection named out_proj, instead of the four required projections w_q, w_k, w_v, w_o.
 
-CATCHES: parity, head_weights, dropout, gradients, init_errors
+CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
+DIAGNOSIS: parameter_names
 """
 import torch
 from torch import nn

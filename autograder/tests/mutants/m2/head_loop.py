@@ -2,6 +2,7 @@
 slices (correct values, but not vectorised).
 
 CATCHES: vectorization
+DIAGNOSIS: python_loop
 """
 import torch
 from torch import nn

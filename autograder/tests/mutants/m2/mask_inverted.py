@@ -1,7 +1,8 @@
 """Mistake: the mask is inverted before attention (~mask), following nn.MultiheadAttention's
 convention (True = blocked) instead of the course's (True = may attend).
 
-CATCHES: parity, head_weights
+CATCHES: parity, head_weights, vectorization
+DIAGNOSIS: mask_inverted
 """
 import torch
 from torch import nn

@@ -2,6 +2,7 @@
 so it lines up the batch with the heads (silently right when B == 1, an error or wrong rows otherwise).
 
 CATCHES: parity, head_weights, vectorization
+DIAGNOSIS: mask_no_head_dim
 """
 import torch
 from torch import nn

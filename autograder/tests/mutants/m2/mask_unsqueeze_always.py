@@ -2,6 +2,7 @@
 [Lq, 1, Lk] and then lines up its query rows with the heads.
 
 CATCHES: parity
+DIAGNOSIS: mask_unsqueeze_always
 """
 import torch
 from torch import nn

@@ -3,6 +3,7 @@
 (self-attention with Lq == Lk runs without error, with the padding applied on the queries).
 
 CATCHES: parity, head_weights
+DIAGNOSIS: mask_unsqueeze_last
 """
 import torch
 from torch import nn

@@ -1,7 +1,8 @@
 """Mistake: merge_heads flattens [B, H, L, d_k] to [B, L, H*d_k] without moving the head
 dimension back after the length first.
 
-CATCHES: split_merge, parity, head_weights, dropout, gradients
+CATCHES: split_merge
+DIAGNOSIS: merge_no_transpose
 """
 import torch
 from torch import nn

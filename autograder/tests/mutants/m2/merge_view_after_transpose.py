@@ -1,7 +1,8 @@
 """Mistake: merge_heads calls .view right after .transpose (no .contiguous()), which raises
 'view size is not compatible with input tensor's size and stride' on the non-contiguous tensor.
 
-CATCHES: shapes, split_merge, parity, head_weights, dropout, gradients, vectorization, from_scratch
+CATCHES: split_merge
+DIAGNOSIS: view_after_transpose
 """
 import torch
 from torch import nn

@@ -2,6 +2,7 @@
 module is created (split_heads then fails or drops features later).
 
 CATCHES: init_errors
+DIAGNOSIS: no_divisibility_check
 """
 import torch
 from torch import nn

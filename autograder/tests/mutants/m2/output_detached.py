@@ -2,6 +2,7 @@
 so no gradient reaches w_q, w_k and w_v.
 
 CATCHES: gradients
+DIAGNOSIS: graph_cut
 """
 import torch
 from torch import nn

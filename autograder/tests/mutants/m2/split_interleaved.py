@@ -1,7 +1,8 @@
 """Mistake: split_heads reshapes to [B, L, d_k, H], so head h takes every H-th feature
 (h, h+H, ...) instead of the contiguous block h*d_k:(h+1)*d_k; merge_heads is the standard one.
 
-CATCHES: split_merge, parity, head_weights, dropout, gradients
+CATCHES: split_merge
+DIAGNOSIS: split_interleaved
 """
 import torch
 from torch import nn

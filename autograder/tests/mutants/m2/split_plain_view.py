@@ -1,7 +1,8 @@
 """Mistake: split_heads views [B, L, d_model] straight as [B, H, L, d_k] (no transpose), so
 each 'head' gets a mix of positions and features instead of one feature block per position.
 
-CATCHES: split_merge, parity, head_weights, dropout, gradients
+CATCHES: split_merge
+DIAGNOSIS: split_plain_view
 """
 import torch
 from torch import nn

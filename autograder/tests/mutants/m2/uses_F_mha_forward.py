@@ -2,6 +2,7 @@
 F.multi_head_attention_forward instead of splitting heads and calling milestone 1's attention.
 
 CATCHES: from_scratch
+DIAGNOSIS: forbidden_api
 """
 import torch
 import torch.nn.functional as F

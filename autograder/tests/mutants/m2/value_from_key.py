@@ -1,7 +1,8 @@
 """Mistake: the values are projected from the `key` input (w_v(key)) instead of `value`;
 silently right for self-attention and whenever key is value.
 
-CATCHES: parity, head_weights, gradients
+CATCHES: shapes, parity, head_weights, gradients
+DIAGNOSIS: value_from_key
 """
 import torch
 from torch import nn

@@ -1,7 +1,8 @@
 """Mistake: the class wraps torch's nn.MultiheadAttention (self.mha) instead of building the
 four projections w_q, w_k, w_v, w_o and calling milestone 1's attention.
 
-CATCHES: parity, head_weights, dropout, gradients, from_scratch, init_errors
+CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
+DIAGNOSIS: parameter_names
 """
 import torch
 from torch import nn

@@ -1,22 +1,23 @@
 """The fork server: imports torch once, then forks one worker per request. Never imported.
 
-Started as `python -I -B -c <this file's source> <control fd> <config json>` (under bubblewrap when
-it works), so, like worker.py, it imports nothing from the grader package. The judge talks to it
-over a SOCK_SEQPACKET socket:
+Started as `python -I -B -c <confine.py + this file's source> <control fd> <config json>` (under
+bubblewrap when it works), so, like worker.py, it imports nothing from the grader package; the
+functions of confine.py (set_limits, drop_privileges, readable_as) are defined before this text.
+The judge talks to it over a SOCK_SEQPACKET socket:
 
   judge -> server  {"op": "spawn", "id", "source", "folders", "cwd", "env", "limits"} + 3 fds
                    (the child's stdin, stdout, stderr), or {"op": "kill", "id"}
   server -> judge  {"op": "ready"}, {"op": "spawned", "id", "pid"}, {"op": "exited", "id", "status"}
 
 A spawned child starts its own session, applies resource limits, drops to an unprivileged uid when
-the server runs as root, and runs the worker source (the same text `python -c` would run). The
-server is a child subreaper, so it reaps every descendant and reports how each worker ended.
+the server runs as root (confine.drop_privileges), and runs the worker source (the same text
+`python -c` would run). The server is a child subreaper, so it reaps every descendant and reports
+how each worker ended.
 """
 import array
 import io
 import json
 import os
-import resource
 import select
 import signal
 import socket
@@ -25,6 +26,8 @@ import sys
 CTRL = socket.socket(fileno=int(sys.argv[1]))
 CONF = json.loads(sys.argv[2])
 DROP_UID = CONF.get("drop_uid")          # None, or an unused uid (never 0)
+# Decided once, before torch is imported: can the dropped uid read every folder of the Python install?
+KEEP_READ = DROP_UID is not None and not readable_as(DROP_UID, [p for p in sys.path if p])  # noqa: F821
 
 # Modules student code commonly imports: load them now, while the Python install is readable.
 import math, random, time, itertools, functools, collections, subprocess, threading, tempfile, shutil  # noqa
@@ -59,6 +62,8 @@ def _prewarm():
         out.backward(torch.ones_like(out))
         F.scaled_dot_product_attention(q.detach(), q.detach(), q.detach(), attn_mask=mask)
         torch.softmax(q.detach(), -1)
+        lin = torch.nn.Linear(4, 4, dtype=dtype)
+        F.gelu(F.dropout(lin(q), 0.5)).sum().backward()
         buf = io.BytesIO()
         torch.save({"x": q.detach(), "l": [1, "a", None]}, buf)
         torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
@@ -90,23 +95,6 @@ def receive():
     return (json.loads(data) if data else None), list(fds)
 
 
-def set_limits(limits):
-    pairs = {"cpu": resource.RLIMIT_CPU, "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE,
-             "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE}
-    for key, which in pairs.items():
-        if limits.get(key) is not None:
-            value = int(limits[key])
-            hard = resource.getrlimit(which)[1]
-            if hard != resource.RLIM_INFINITY and os.geteuid() != 0:
-                value = min(value, hard)
-            resource.setrlimit(which, (value, value if os.geteuid() == 0 or hard == resource.RLIM_INFINITY else hard))
-    if limits.get("memory"):
-        with open("/proc/self/status") as f:
-            size = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:")), 0)
-        value = size + int(limits["memory"])
-        resource.setrlimit(resource.RLIMIT_AS, (value, value))
-
-
 def child(msg, fds):
     code = 70
     try:
@@ -121,13 +109,9 @@ def child(msg, fds):
         sys.stdin = open(0, "r", closefd=False)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
-        set_limits(msg.get("limits") or {})
+        set_limits(msg.get("limits") or {})  # noqa: F821 (confine.py)
         if DROP_UID is not None:
-            os.setgroups([])
-            os.setgid(DROP_UID)
-            os.setuid(DROP_UID)
-            if os.getuid() == 0 or os.geteuid() == 0:
-                os._exit(71)
+            drop_privileges(DROP_UID, KEEP_READ)  # noqa: F821 (confine.py)
         os.chdir(msg["cwd"])
         os.environ.clear()
         os.environ.update(msg.get("env") or {})

@@ -1,17 +1,19 @@
-"""Sandboxed workers for batch grading: one fork server per parallel slot, one forked worker per need.
+"""The one way student code is started, on every path: a fork server per slot, a forked worker per need.
+
+`course grade`, `course grade-class` (one slot per lane), Gradescope's run_autograder, nbgrader's
+autograde and the pytest plugin all grade through a `Slot`; nothing else starts student code.
 
 Isolation, on Linux with bubblewrap: the fork server of a slot runs under `bwrap` and sees only the
 Python install and virtualenv (read-only), the slot's current submission at /submission
 (read-only), a private /tmp, /usr, /proc and /dev; no network, no other namespace shared with the
 host. Nothing of the course repository (solutions/, the checks, other students, gradebooks) is
 mounted. Where bubblewrap cannot run, the same fork server runs unsandboxed and only the resource
-limits apply; `Sandbox.mode` and `Sandbox.note` say so, and the batch grader writes the note into
-every result.
+limits apply; `Sandbox.mode` and `Sandbox.note` say so, and grade() writes the note into the result.
 
 Every forked worker gets: a new session, RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE,
 RLIMIT_FSIZE, no core files, and (when the grader runs as root) its own unprivileged uid per slot,
 which makes RLIMIT_NPROC count only that slot and lets the server kill every process the worker
-left behind. Output beyond `output_limit` bytes ends the worker with a message.
+left behind (confine.py). Output beyond `output_limit` bytes ends the worker with a message.
 """
 from __future__ import annotations
 
@@ -23,19 +25,22 @@ import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine import client
-from ..engine.client import Worker
+from . import client
+from .client import Worker
 
-SERVER_SOURCE = Path(__file__).with_name("forkserver.py").read_text()
+HERE = Path(__file__).resolve().parent
+CONFINE_SOURCE = (HERE / "confine.py").read_text()
+SERVER_SOURCE = CONFINE_SOURCE + "\n" + (HERE / "forkserver.py").read_text()
 BASE_UID = 61000          # slot i runs student code as uid BASE_UID + i when the grader is root
 
 
 @dataclass(frozen=True)
 class Limits:
-    memory: int = 3 * 1024 ** 3        # bytes of address space above the fork server's own
+    memory: int = 1024 ** 3            # bytes of address space above the fork server's own (checks use MBs)
     cpu: int = 400                     # CPU seconds per worker process
     nproc: int = 32                    # processes and threads per slot
     nofile: int = 256
@@ -158,10 +163,14 @@ class Sandbox:
         return cls("rlimits", why, limits)
 
     @property
+    def isolated(self) -> bool:
+        return self.mode == "bwrap"
+
+    @property
     def note(self) -> str:
-        if self.mode == "bwrap":
-            return ("Sandbox: bubblewrap (no network; only your files, read-only, and a private /tmp); "
-                    "limits on memory, CPU time, processes, files and output.")
+        """What every report must say about isolation: nothing when it worked."""
+        if self.isolated:
+            return ""
         return (f"Sandbox: NOT isolated ({self.why_not}); resource limits only (memory, CPU time, processes, "
                 f"files, output). Your code could see the grading machine's files.")
 
@@ -187,14 +196,11 @@ class _RemoteProc:
 
 
 class ForkedWorker(Worker):
-    """A client.Worker whose process comes from a slot's fork server instead of a fresh Python."""
+    """A client.Worker whose process is forked by a slot's fork server."""
 
     def __init__(self, slot: "Slot", folders: list[str], cwd: str, env: dict, startup_timeout: float):
         self.slot = slot
         self._attach(slot.spawn(folders, cwd, env), startup_timeout, slot.sandbox.limits.output)
-
-    def _stop(self):
-        self.proc.kill()   # the fork server kills the worker's session and its uid's processes
 
 
 class Slot:
@@ -216,13 +222,19 @@ class Slot:
         self._ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         conf = json.dumps({"drop_uid": self.drop_uid})
         prefix = bwrap_prefix(self.sub, self.tmp) if sandbox.mode == "bwrap" else []
+        # Started now, waited for at the first spawn: the judge imports torch meanwhile.
         self.server = subprocess.Popen(
             [*prefix, sys.executable, "-I", "-B", "-c", SERVER_SOURCE, str(theirs.fileno()), conf],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, env=client.clean_env(), start_new_session=True,
             cwd=str(self.tmp))
         theirs.close()
-        self._ctrl.settimeout(startup_timeout)
+        self._reader: threading.Thread | None = None
+
+    def _wait_ready(self):
+        if self._reader is not None:
+            return
+        self._ctrl.settimeout(self.startup_timeout)
         try:
             ready = self._ctrl.recv(1 << 16)
         except OSError:
@@ -230,7 +242,7 @@ class Slot:
         if not ready:
             err = self.server.stderr.read().decode(errors="replace")[-2000:] if self.server.poll() is not None else ""
             self.close()
-            raise RuntimeError(f"the fork server of slot {index} did not start: {err}")
+            raise RuntimeError(f"the fork server of slot {self.index} did not start: {err}")
         self._ctrl.settimeout(None)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -284,6 +296,7 @@ class Slot:
         os.chmod(self.tmp, 0o1777)
 
     def spawn(self, folders: list[str], cwd: str, env: dict) -> _RemoteProc:
+        self._wait_ready()
         with self._cond:
             wid = self._next
             self._next += 1
@@ -319,10 +332,16 @@ class Slot:
         return self.server.poll() is None
 
     def close(self):
+        try:     # shutdown first: it wakes the reader thread and the server sees the end at once
+            self._ctrl.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._ctrl.close()
         except OSError:
             pass
+        if self._reader is None:      # never used: no worker to wait for
+            self.server.kill()
         try:
             self.server.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -355,6 +374,21 @@ def _wipe(path: Path, inside: Path, keep: set[Path] = frozenset()):
                 child.unlink()
             except OSError:
                 pass
+
+
+@contextmanager
+def open_slot(sandbox: str | Sandbox = "auto", startup_timeout: float = 90.0):
+    """One slot in its own temporary folder, for grading one submission (or several, one at a time)."""
+    box = sandbox if isinstance(sandbox, Sandbox) else Sandbox.detect(sandbox)
+    root = make_root()
+    slot = None
+    try:
+        slot = Slot(0, root, box, startup_timeout)
+        yield slot
+    finally:
+        if slot is not None:
+            slot.close()
+        remove_root(root)
 
 
 def make_root() -> Path:

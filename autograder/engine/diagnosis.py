@@ -1,0 +1,155 @@
+"""From a wrong answer to a sentence a student can act on.
+
+Three steps, simplest explanation first:
+1. The numbers, printed with as many digits as it takes to tell them apart (never "expected 0.897534,
+   got 0.897534"), and the relative error.
+2. Lower precision: an answer off by float32 rounding on float64 inputs was computed in float32.
+3. The catalogue: each `Mistake` of a milestone computes what one known mistake returns on the same
+   inputs. The first entry that reproduces the student's answer, and differs from the right answer
+   on these inputs (otherwise it proves nothing), is named as the likely cause.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+# float32 rounding seen between correct float32 and float64 computations of the course's functions
+FLOAT32_REL = 1e-5
+FLOAT32_ABS = 1e-5
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known mistake: `id` (named in mutants' DIAGNOSIS lines) and the sentence a student reads."""
+    id: str
+    text: str
+
+
+@dataclass
+class Catalogue:
+    """A milestone's known mistakes, grouped by the kind of answer they produce.
+
+    `@catalogue.entry(kind, id, text)` registers a function taking the probe's inputs and returning
+    what the mistake would return (or None where it does not apply to these inputs).
+    """
+    milestone: str
+    entries: dict[str, list[tuple[Mistake, Callable]]] = field(default_factory=dict)
+
+    def entry(self, kind: str, mid: str, text: str):
+        def register(fn):
+            self.entries.setdefault(kind, []).append((Mistake(mid, text), fn))
+            return fn
+        return register
+
+    def mistakes(self) -> dict[str, Mistake]:
+        return {m.id: m for items in self.entries.values() for m, _ in items}
+
+    def tried(self, kind: str, *args, part: int | None = None, **kwargs) -> list[tuple[Mistake, object]]:
+        """(mistake, what it returns) for every entry of `kind`; `part` picks one item of a tuple answer."""
+        out = []
+        for mistake, fn in self.entries.get(kind, []):
+            try:
+                value = fn(*args, **kwargs)
+            except Exception:      # the mistake cannot happen with these shapes
+                value = None
+            if value is not None and part is not None:
+                value = value[part]
+            if value is not None:
+                out.append((mistake, value))
+        return out
+
+
+    def raising(self, kind: str, error_type: str, message: str, *args, **kwargs) -> Mistake | None:
+        """The first entry of `kind` that raises the student's error (same type, same message) on the
+        same arguments: a student whose code fails exactly like that most likely made that mistake."""
+        for mistake, fn in self.entries.get(kind, []):
+            try:
+                fn(*args, **kwargs)
+            except Exception as e:
+                if same_error(e, error_type, message):
+                    return mistake
+        return None
+
+
+def same_error(exc: BaseException, error_type: str, message: str) -> bool:
+    """Is `exc` the error the worker reported? The same type, and the same words and numbers in any
+    order (a broadcast error names the two sizes in the order of the operands, which depends on how
+    the student wrote the operation)."""
+    text = str(exc)
+    if len(text) > 500:
+        text = text[:500] + "..."
+    return type(exc).__name__ == error_type and sorted(re.findall(r"\w+", text)) == sorted(re.findall(r"\w+", message or ""))
+
+
+def number_pair(expected: float, got: float) -> str:
+    """'expected X, got Y' with enough significant digits that X and Y differ when the numbers do."""
+    for digits in range(6, 18):
+        e, g = f"{expected:.{digits}g}", f"{got:.{digits}g}"
+        if e != g:
+            break
+    return f"expected {e}, got {g}"
+
+
+def relative_error(a: torch.Tensor, e: torch.Tensor) -> float:
+    scale = e.abs().max().item()
+    return (a - e).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def lower_precision(actual: torch.Tensor, expected: torch.Tensor, inputs_dtype=None) -> str | None:
+    """A sentence when float64 inputs gave an answer that is only float32-accurate, else None."""
+    if (inputs_dtype or expected.dtype) != torch.float64:
+        return None
+    if actual.dtype != torch.float64:
+        return (f"the result has dtype {str(actual.dtype).replace('torch.', '')} for float64 inputs: keep the "
+                f"input's dtype (do not call .float() or create float32 tensors inside).")
+    a, e = actual.to(torch.float64), expected.to(torch.float64)
+    if not (torch.isfinite(a).all() and torch.isfinite(e).all()):
+        return None
+    if torch.allclose(a, e, rtol=FLOAT32_REL, atol=FLOAT32_ABS):
+        return ("the values are right only to about 7 digits, as if part of the computation ran in float32: "
+                "keep the input's dtype throughout (a torch.tensor(...) or .float() inside defaults to float32).")
+    return None
+
+
+def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Does `variant` (what a mistake gives) reproduce `actual`, and differ from the right answer?"""
+    if not isinstance(variant, torch.Tensor) or tuple(variant.shape) != tuple(actual.shape):
+        return False
+    v = variant.detach().to(torch.float64)
+    a = actual.to(torch.float64)
+    e = expected.to(torch.float64)
+    if tuple(e.shape) == tuple(v.shape) and torch.allclose(v, e, atol=atol, rtol=rtol, equal_nan=True):
+        return False          # the mistake gives the right answer here: it explains nothing
+    return torch.allclose(a, v, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True)
+
+
+# Errors whose message alone says what went wrong, whatever the milestone: (pattern, Mistake).
+ERROR_PATTERNS = [
+    (r"leaf Variable that requires grad is being used in an in-place operation",
+     Mistake("input_modified", "an input is changed in place (for example q /= math.sqrt(d_k) or "
+             "x.masked_fill_(...)): inputs must be left as they are; use out-of-place operations "
+             "(q = q / ..., masked_fill).")),
+    (r"modified by an inplace operation",
+     Mistake("inplace_breaks_autograd", "a tensor that autograd still needs is changed in place (for example "
+             "x -= x.max() or w.masked_fill_(...)): use out-of-place operations (x = x - m, masked_fill).")),
+    (r"view size is not compatible with input tensor's size and stride",
+     Mistake("view_after_transpose", ".view() after .transpose() needs a contiguous tensor: use .reshape(...) or "
+             ".contiguous().view(...).")),
+    (r"(expected (scalar type|m1 and m2 to have the same dtype)|found dtype \w+ but expected)",
+     Mistake("dtype_mismatch", "two tensors of different dtypes meet (float32 and float64): create every "
+             "tensor with the input's dtype (dtype=x.dtype), never a default float32 one.")),
+    (r"Expected all tensors to be on the same device",
+     Mistake("device_mismatch", "tensors on different devices meet: create new tensors on the input's device "
+             "(device=x.device).")),
+]
+
+
+def error_cause(message: str) -> Mistake | None:
+    """The Mistake an error message names by itself, if any."""
+    for pattern, mistake in ERROR_PATTERNS:
+        if re.search(pattern, message or ""):
+            return mistake
+    return None
