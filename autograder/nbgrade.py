@@ -1,13 +1,18 @@
-"""nbgrader glue: the hidden part of each autograded cell, the course's nbgrader settings, student-safe
+"""nbgrader glue: grading outside the student's kernel, the course's nbgrader settings, student-safe
 feedback, per-check score export, and `course release`.
 
-Nothing here repeats a course fact: folders, student files and points come from course.yaml, and the
-hidden cells call the same engine as `course grade` (`engine.grade.grade`).
+Autograde never trusts the notebook's kernel. nbgrader's execute step is surrounded by two steps of
+ours (see `configure`): `GradeFiles` grades the student's files with the engine, in the sandbox, from
+nbgrader's own process, before any notebook cell runs; `SandboxedExecute` runs the notebook in a
+confined kernel (nbkernel.py) for the figures and written answers; `ApplyVerdicts` then replaces the
+outputs of every autograded cell with the engine's verdict, which nbgrader's SaveAutoGrades scores.
+Nothing a cell does (patching functions, faking modules, reading or writing files) reaches a score.
+Nothing here repeats a course fact: folders, student files and points come from course.yaml.
 """
 from __future__ import annotations
 
+import atexit
 import csv
-import hashlib
 import os
 import subprocess
 import sys
@@ -15,49 +20,111 @@ from pathlib import Path
 
 from . import config, notebook
 
-# ---- inside the notebook kernel (autograde) ------------------------------------------------
+try:   # nbgrader is an optional extra ("instructor"); the rest of the course works without it
+    from nbgrader.preprocessors import Execute as _Execute
+    from nbgrader.preprocessors import NbGraderPreprocessor as _Base
+except ImportError:  # pragma: no cover
+    _Base = _Execute = object
 
 
-_RESULTS: dict = {}   # (milestone, folder, digest of the student files) -> Result or SubmissionError
+# ---- autograde: verdicts from the engine, never from the kernel -------------------------------
+
+_SLOT = None     # one sandboxed fork server for the whole nbgrader process (torch imported once)
 
 
-def _grade_once(milestone: str, path: Path):
-    """Grade the whole milestone once per kernel and set of student files, exactly as `course grade`
-    does (one worker, a fresh one after a loss, the total time limit); every autograded cell then
-    reports its own group. A student file edited between cells is graded again."""
-    from .engine.grade import grade
-    from .engine.submission import SubmissionError
-    course = config.load()
-    m = course.milestone(milestone)
-    digest = hashlib.sha256()
-    for f in m.files:
-        p = path / f
-        digest.update(f.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"<missing>") + b"\0")
-    key = (m.id, str(path.resolve()), digest.hexdigest())
-    if key not in _RESULTS:
+def _slot(course: config.Course):
+    global _SLOT
+    if _SLOT is None or not _SLOT.alive():
+        from .engine.sandbox import Sandbox, Slot, make_root, remove_root
+        root = make_root()
+        _SLOT = Slot(0, root, Sandbox.detect("auto"), course.startup_timeout)
+
+        def close(slot=_SLOT, root=root):
+            slot.close()
+            remove_root(root)
+        atexit.register(close)
+    return _SLOT
+
+
+def milestone_of(course: config.Course, assignment: str) -> config.Milestone:
+    for m in course.milestones:
+        if assignment in (m.folder, m.id):
+            return m
+    raise config.ConfigError(f"nbgrader assignment {assignment!r} is not a milestone folder of course.yaml")
+
+
+class GradeFiles(_Base):
+    """Before the notebook runs: grade the student's files (the autograded folder nbgrader prepared:
+    the submission, with the course's files restored) exactly as `course grade` does."""
+
+    def preprocess(self, nb, resources):
+        from .engine.grade import grade
+        from .engine.submission import SubmissionError
+        course = config.load()
+        m = milestone_of(course, resources["nbgrader"]["assignment"])
+        folder = Path(resources["metadata"]["path"])
         try:
-            _RESULTS[key] = grade(path, m.id, course=course)
+            resources["course_result"] = grade(folder, m.id, course=course, slot=_slot(course))
         except SubmissionError as e:
-            _RESULTS[key] = e
-    return _RESULTS[key]
+            resources["course_result"] = e
+        return nb, resources
 
 
-def run_check(milestone: str, group: str, path: str | Path = ".") -> None:
-    """The hidden part of the autograded cell of check group `group`, run in the notebook's kernel on
-    the student files in `path` (the kernel's working directory at autograde).
+class SandboxedExecute(_Execute):
+    """nbgrader's Execute, with the notebook's kernel confined (nbkernel.SandboxedKernelManager)."""
 
-    Passes with a one-line note, or raises AssertionError with the student-facing message, which
-    nbgrader records as 0 points for the cell.
-    """
-    result = _grade_once(milestone, Path(path))
-    if isinstance(result, Exception):
-        raise AssertionError(str(result))
-    (check,) = [c for c in result.checks if c.name == group]
+    def __init__(self, **kwargs):
+        from .nbkernel import SandboxedKernelManager
+        kwargs["kernel_manager_class"] = SandboxedKernelManager
+        super().__init__(**kwargs)
+
+
+class ApplyVerdicts(_Base):
+    """After the notebook ran: every autograded cell shows the engine's verdict and nothing else."""
+
+    def preprocess(self, nb, resources):
+        from .nbkernel import isolation
+        result = resources.get("course_result")
+        notes = [] if isinstance(result, Exception) or result is None else list(result.notes)
+        kernel = isolation()
+        if not kernel.isolated:
+            notes.append(f"Notebook kernel: NOT isolated ({kernel.why_not}); resource limits only.")
+        first = True
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                continue
+            cell.outputs = verdict_outputs(result, meta.get("grade_id"), notes if first else [])
+            first = False
+        return nb, resources
+
+
+def _stream(text: str, name: str = "stdout") -> dict:
+    from nbformat.v4 import new_output
+    return new_output("stream", name=name, text=text)
+
+
+def verdict_outputs(result, group: str, notes: list[str]) -> list:
+    """The outputs an autograded cell shows: a pass line, or an error nbgrader scores as 0."""
+    from nbformat.v4 import new_output
+    outputs = [_stream("".join(f"{n}\n" for n in notes))] if notes else []
+    if result is None or isinstance(result, Exception):
+        why = str(result) if result is not None else "the grader did not run"
+        return outputs + [new_output("error", ename="NotGraded", evalue=f"check `{group}` was not graded: {why}",
+                                     traceback=[f"NotGraded: check `{group}` was not graded: {why}"])]
+    found = [c for c in result.checks if c.name == group]
+    if not found:
+        text = f"check `{group}` is not a check of milestone {result.milestone}"
+        return outputs + [new_output("error", ename="NotGraded", evalue=text, traceback=[f"NotGraded: {text}"])]
+    check = found[0]
     if check.internal_error:   # for the instructor: the autograded notebook keeps it, feedback drops it
-        print(f"INSTRUCTOR: internal grader error in {milestone}/{group}:\n{check.internal_error}", file=sys.stderr)
-    if not check.passed:
-        raise AssertionError(f"check `{group}` failed ({check.score}/{check.max_score}): {check.message}")
-    print(f"check `{group}` passed: {check.score}/{check.max_score}")
+        outputs.append(_stream(f"INSTRUCTOR: internal grader error in {result.milestone}/{group}:\n"
+                               f"{check.internal_error}", "stderr"))
+    if check.passed:
+        extra = f"\n{check.note}" if check.note else ""
+        return outputs + [_stream(f"check `{group}` passed: {check.score}/{check.max_score}{extra}\n")]
+    text = f"check `{group}` failed ({check.score}/{check.max_score}): {check.message}"
+    return outputs + [new_output("error", ename="CheckFailed", evalue=text, traceback=text.splitlines())]
 
 
 # ---- nbgrader_config.py ---------------------------------------------------------------------
@@ -76,9 +143,18 @@ def configure(c, root: Path | str, course: config.Course | None = None) -> None:
     c.Autograde.create_student = True
     # A student who deletes a graded cell gets it back (and graded) rather than a silent manual grade.
     c.OverwriteCells.add_missing_cells = True
-    # The first hidden cell grades the whole milestone (worker start-up plus every group); the
-    # engine's own probe and total limits (course.yaml) stop runaway student code first.
-    c.Execute.timeout = int(course.startup_timeout + max(m.total_timeout for m in course.milestones))
+    # Grading happens around nbgrader's execute step, never inside the student's kernel.
+    from nbgrader.converters.autograde import Autograde
+    steps = []
+    for step in Autograde.class_traits()["autograde_preprocessors"].default():
+        if getattr(step, "__name__", step) in ("Execute", "nbgrader.preprocessors.Execute"):
+            steps += ["autograder.nbgrade.GradeFiles", "autograder.nbgrade.SandboxedExecute",
+                      "autograder.nbgrade.ApplyVerdicts"]
+        else:
+            steps.append(step)
+    c.Autograde.autograde_preprocessors = steps
+    # Notebook cells only draw figures and run quick checks now: a minute each is plenty.
+    c.Execute.timeout = 60
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",
         "nbgrader.preprocessors.ClearHiddenTests",
@@ -86,17 +162,7 @@ def configure(c, root: Path | str, course: config.Course | None = None) -> None:
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
     c.ExportApp.plugin_class = "autograder.nbgrade.PerCheckExport"
-    # The kernel puts PYTHONPATH before its working directory (the student's folder), so a student's
-    # autograder.py cannot stand in for the grader.
-    parts = [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(root)]
-    os.environ["PYTHONPATH"] = os.pathsep.join(parts)
     os.environ.setdefault("MPLBACKEND", "Agg")
-
-
-try:   # nbgrader is an optional extra ("instructor"); the rest of the course works without it
-    from nbgrader.preprocessors import NbGraderPreprocessor as _Base
-except ImportError:  # pragma: no cover
-    _Base = object
 
 
 class StudentFacingOutputs(_Base):

@@ -4,9 +4,9 @@
 
     <!-- markdown -->              a markdown cell (the default before any marker)
     <!-- code -->                  a code cell; its body is one ```python fenced block
-    <!-- autograded: GROUP -->     the autograded cell of check group GROUP of course.yaml: an optional
-                                   ```python block shown to students, then a generated hidden part that
-                                   runs that group through the grading engine; points from course.yaml
+    <!-- autograded: GROUP -->     the autograded cell of check group GROUP of course.yaml (points from
+                                   there), with an optional ```python block shown to students; at
+                                   autograde its outputs are replaced by the engine's verdict (nbgrade.py)
     <!-- written: ID -->           written question ID of course.yaml: the prompt (from course.yaml) and
                                    a hand-graded answer cell; the body is the model answer for graders,
                                    removed from what students receive
@@ -25,23 +25,10 @@ from pathlib import Path
 from .config import Course, Milestone
 
 SOURCE_NAME = "notebook.md"
-HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 ANSWER_STUB = "YOUR ANSWER HERE"     # nbgrader's ClearSolutions.text_stub
 _MARKER = re.compile(r"^<!--\s*(markdown|code|autograded|written)\s*(?::\s*([A-Za-z0-9_]+))?\s*-->\s*$")
 _FENCE = re.compile(r"\A```python\n(.*?)\n?```\Z", re.S)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-
-# The hidden part of an autograded cell. It refuses to import a grader found inside the
-# submission folder (a student's autograder.py), without running it, so such a file scores nothing.
-HIDDEN = '''{begin}
-import importlib.util as _iu, os as _os
-_spec = _iu.find_spec("autograder")
-assert _spec is not None and _spec.origin and not _os.path.realpath(_spec.origin).startswith(
-    _os.path.realpath(_os.getcwd()) + _os.sep), "The grader is unavailable: ask your instructor."
-from autograder.nbgrade import run_check
-run_check({mid!r}, {group!r})
-{end}'''
-
 
 class NotebookError(ValueError):
     pass
@@ -123,10 +110,11 @@ def _cell(cell_type: str, cid: str, source: str, metadata: dict | None = None) -
 
 
 def autograded_source(m: Milestone, group: str, visible: str) -> str:
-    head = (f"# Autograded: check group `{group}` ({m.checks[group]} point(s)). When your work is graded, "
-            f"hidden code here\n# runs the same checks as `course grade` on your {', '.join(m.files)}.")
-    hidden = HIDDEN.format(begin=HIDDEN_BEGIN, end=HIDDEN_END, mid=m.id, group=group)
-    return "\n".join(part for part in (head, visible, hidden) if part)
+    points = m.checks[group]
+    head = (f"# Autograded: check group `{group}` ({points} point{'s' if points != 1 else ''}). When your work is "
+            f"graded, the course's hidden checks\n# for this group run on your {', '.join(m.files)} (outside this "
+            f"notebook) and this cell shows the result.")
+    return "\n".join(part for part in (head, visible) if part)
 
 
 def render(course: Course, m: Milestone) -> str:
@@ -163,20 +151,16 @@ def _norm(source) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
 
-def _strip_hidden(text: str) -> str:
-    return re.sub(rf"{re.escape(HIDDEN_BEGIN)}.*?{re.escape(HIDDEN_END)}", "", text, flags=re.S)
-
-
 def student_view(nb_text: str, release: bool = False) -> list[tuple]:
     """(cell type, grade id, points, normalised source) per cell. With release=True, turn a source
-    notebook into what students receive: hidden tests removed and written answers cleared."""
+    notebook into what students receive: written answers cleared."""
     nb = json.loads(nb_text)
     view = []
     for cell in nb.get("cells", []):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         source = "".join(cell.get("source", []))
         if release:
-            source = ANSWER_STUB if meta.get("solution") else _strip_hidden(source)
+            source = ANSWER_STUB if meta.get("solution") else source
         view.append((cell.get("cell_type"), meta.get("grade_id"), meta.get("points"), _norm(source)))
     return view
 

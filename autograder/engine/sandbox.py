@@ -74,7 +74,7 @@ def bwrap_works() -> tuple[bool, str]:
     exe = shutil.which("bwrap")
     if not exe:
         return False, "bubblewrap (bwrap) is not installed"
-    cmd = [exe, *_namespace_args(), "--ro-bind", "/", "/", "true"]
+    cmd = [exe, *_namespace_args(), "--new-session", "--ro-bind", "/", "/", "true"]
     try:
         r = subprocess.run(cmd, capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -85,14 +85,14 @@ def bwrap_works() -> tuple[bool, str]:
     return True, ""
 
 
-def _namespace_args() -> list[str]:
+def _namespace_args(uid_drop: bool = True) -> list[str]:
     args = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session"]
-    if os.geteuid() == 0:
-        # No user namespace, so the server can give each worker a real unprivileged uid.
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
+            "--die-with-parent"]
+    if os.geteuid() != 0:
         args += ["--unshare-user"]
+    elif uid_drop:
+        # No user namespace, so the fork server can give each worker a real unprivileged uid.
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return args
 
 
@@ -109,9 +109,11 @@ def _python_dirs() -> list[Path]:
     return out
 
 
-def bwrap_prefix(sub: Path, tmp: Path) -> list[str]:
-    args = ["bwrap", *_namespace_args()]
-    args += ["--ro-bind", "/usr", "/usr"]
+def bwrap_args(tmp: Path | None, binds: list[tuple[str, Path, Path]], chdir: str, uid_drop: bool = True) -> list[str]:
+    """A bubblewrap command prefix: no network and no shared namespaces; /usr, the libraries and the
+    Python install read-only; a private /tmp (`tmp` bound there, or an empty tmpfs); then `binds`
+    (("ro" | "rw", source, target)). Nothing else of the host is visible."""
+    args = ["bwrap", *_namespace_args(uid_drop), "--new-session", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         p = Path("/") / name
         if p.is_symlink():
@@ -121,21 +123,25 @@ def bwrap_prefix(sub: Path, tmp: Path) -> list[str]:
     for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
         if os.path.exists(f):
             args += ["--ro-bind", f, f]
-    # The private /tmp goes first: a Python environment that lives under /tmp (a CI checkout there)
-    # is then bound over it below, instead of being hidden by it.
-    args += ["--bind", str(tmp), "/tmp"]
+    # The private /tmp goes first: a Python environment or folder that lives under /tmp (a CI
+    # checkout there) is then bound over it below, instead of being hidden by it.
+    args += ["--bind", str(tmp), "/tmp"] if tmp is not None else ["--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/usr"), Path("/tmp")}
-    for d in _python_dirs():
-        if d.is_relative_to("/usr"):
-            continue
-        for parent in reversed(d.parents):
+    mounts = [("ro", d, d) for d in _python_dirs() if not d.is_relative_to("/usr")] + list(binds)
+    for mode, source, target in mounts:
+        target = Path(target)
+        for parent in reversed(target.parents):
             if parent not in made:
                 args += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
-        args += ["--ro-bind", str(d), str(d)]
-        made.add(d)
-    args += ["--ro-bind", str(sub), "/submission", "--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
-    return args
+        args += ["--ro-bind" if mode == "ro" else "--bind", str(source), str(target)]
+        made.add(target)
+    return args + ["--proc", "/proc", "--dev", "/dev", "--chdir", chdir]
+
+
+def bwrap_prefix(sub: Path, tmp: Path) -> list[str]:
+    """The fork server's sandbox: the slot's submission read-only at /submission, its own /tmp."""
+    return bwrap_args(tmp, [("ro", sub, Path("/submission"))], "/tmp")
 
 
 def mounts_under_tmp(tmp: Path) -> set[Path]:

@@ -2,15 +2,19 @@
 student's per-cell scores, the per-check export, and that feedback shows no hidden code.
 
 The m1 class: correct (written answers filled in), blank (the stub), partly wrong, corrupted notebook
-JSON, a deleted graded cell, an infinite loop in one function, and a student file named like the
-grader's package that would fake full marks if it were imported. The m2 class has the first four:
-the other cases test nbgrader's mechanics, which do not depend on the milestone, and every notebook
-autograded costs CI about 15 s.
-Every fake submission is harmless code (no file access beyond its own module, no network).
+JSON, a deleted graded cell, an infinite loop in one function, a student file named like the
+grader's package, and six hostile notebooks (HOSTILE below) whose files are the partly wrong ones:
+each must score exactly what that code earns, and leave every course file as it was. The m2 class
+has the first four: the other cases test nbgrader's mechanics, which do not depend on the milestone.
+
+SAFETY: every fake submission is harmless even where nothing is sandboxed. The hostile cells only
+read, open without writing, or patch objects inside their own kernel; the one that deletes files
+deletes only inside a course copy under the temp folder that carries the marker file E2E_MARKER.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib.util
 import json
 import os
@@ -44,6 +48,87 @@ nbgrade.run_check = run_check
 sys.modules["autograder.nbgrade"] = nbgrade
 __path__ = []
 '''
+
+E2E_MARKER = ".e2e-course-copy"
+_FIND_COURSE = """
+import os
+from pathlib import Path
+def _course_root():
+    for up in [Path.cwd(), *Path.cwd().parents]:
+        if (up / "course.yaml").exists() or (up / "solutions").exists():
+            return up
+    return None
+"""
+# name: the first cell of a hostile notebook. Each prints what it achieved.
+HOSTILE = {
+    "h_run_check": """
+import builtins, sys, types
+fake = lambda *args, **kwargs: print("check passed: full marks")
+builtins.run_check = fake
+run_check = fake
+for name in ("autograder", "autograder.nbgrade"):
+    sys.modules.setdefault(name, types.ModuleType(name)).run_check = fake
+print("run_check replaced")
+""",
+    "h_fake_module": """
+import sys, types
+pkg = types.ModuleType("autograder")
+pkg.__path__ = []
+for name in ("autograder", "autograder.nbgrade", "autograder.engine", "autograder.engine.grade"):
+    mod = sys.modules[name] = types.ModuleType(name)
+    mod.run_check = mod.grade = lambda *a, **k: print("passed")
+print("fake autograder installed")
+""",
+    "h_patch_torch": """
+import torch, torch.testing
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self, dtype=torch.bool)
+print("torch comparisons patched")
+""",
+    "h_read_solutions": _FIND_COURSE + """
+root = _course_root()
+src = root / "solutions" / "m1_attention" / "attention.py" if root else None
+try:
+    text = src.read_text()
+    print("READ the reference solution")
+    Path("attention.py").write_text(text)
+    print("COPIED the reference over attention.py")
+except Exception as e:
+    print("solutions not reachable:", type(e).__name__)
+""",
+    "h_gradebook": _FIND_COURSE + """
+root = _course_root()
+try:
+    with open(root / "gradebook.db", "ab"):
+        print("OPENED gradebook.db for writing")
+except Exception as e:
+    print("gradebook.db not writable:", type(e).__name__)
+try:
+    (root / "planted.txt").write_text("x")
+    print("WROTE a file in the course root")
+except Exception as e:
+    print("course root not writable:", type(e).__name__)
+""",
+    "h_delete": _FIND_COURSE + """
+import shutil, tempfile
+root = _course_root()
+gone = []
+if root is not None and (root / "MARKER").exists() and str(root.resolve()).startswith(
+        os.path.realpath(tempfile.gettempdir())):
+    for p in sorted(root.iterdir()):
+        if p.name in ("submitted", "autograded"):
+            continue
+        try:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            gone.append(p.name)
+        except Exception:
+            pass
+print("DELETED", gone if gone else "nothing")
+""".replace("MARKER", E2E_MARKER),
+}
+
 
 def _checks(mid: str) -> list[str]:
     sys.path.insert(0, str(ROOT))
@@ -119,7 +204,7 @@ def drop_cell(nb: dict, grade_id: str) -> dict:
     return nb
 
 
-M1_CLASS = ("correct", "blank", "partly", "corrupt", "deleted", "loop", "shadow")
+M1_CLASS = ("correct", "blank", "partly", "corrupt", "deleted", "loop", "shadow", *HOSTILE)
 M2_CLASS = ("correct", "blank", "partly", "corrupt")
 
 
@@ -145,6 +230,28 @@ def make_class(course: Path, mid: str, folder: str, module: str, code, dropped: 
     student("deleted", ref, drop_cell(fresh(), dropped))
     student("loop", loop, fresh())
     student("shadow", wrong, fresh(), {"autograder.py": FAKE_GRADER})
+    for name, cell in HOSTILE.items():
+        student(name, wrong, hostile_notebook(fresh(), cell))
+
+
+def hostile_notebook(nb: dict, code: str) -> dict:
+    """The student deleted every cell nbgrader does not grade and put the attack first."""
+    graded = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
+    attack = {"cell_type": "code", "execution_count": None, "id": "attack", "metadata": {}, "outputs": [],
+              "source": code.strip()}
+    nb["cells"] = [attack] + graded
+    return nb
+
+
+def course_files(root: Path) -> dict[str, str]:
+    """Digest of every course file nbgrader itself never changes."""
+    skip = {"submitted", "autograded", "feedback", "gradebook.db", "autograde.log", "__pycache__"}
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and not skip.intersection(rel.parts) and not rel.name.startswith("gradebook.db"):
+            out[str(rel)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
 
 
 def expected(checks, lost):
@@ -164,9 +271,11 @@ def course(tmp_path_factory):
     for mid in ("m1", "m2"):
         run(root, PY, "-m", "autograder.cli", "release", mid)
     run(root, PY, "-m", "autograder.cli", "build", "--check")
+    (root / E2E_MARKER).write_text("the hostile notebook h_delete may delete inside this folder only\n")
     t_release = time.monotonic()
     make_class(root, "m1", "m1_attention", "attention.py", m1_code(root), dropped="masking", names=M1_CLASS)
     make_class(root, "m2", "m2_multihead", "multihead.py", m2_code(root), dropped="parity", names=M2_CLASS)
+    before = course_files(root)
     # The two milestones are graded by two nbgrader processes at once (one gradebook), as an
     # instructor may; each is nbgrader's usual sequential loop over students.
     procs = [subprocess.Popen([PY, "-m", "nbgrader", "autograde", folder, "--force",
@@ -182,6 +291,8 @@ def course(tmp_path_factory):
     t2 = time.monotonic()
     print(f"\nnbgrader e2e: release {t_release - t0:.1f} s, autograde {t1 - t_release:.1f} s, "
           f"feedback {t2 - t1:.1f} s")
+    # Compared in a test below; taken now, before other tests write exports into the course folder.
+    (root / "course-files.json").write_text(json.dumps({"before": before, "after": course_files(root)}))
     return root, codes, logs
 
 
@@ -200,6 +311,7 @@ CASES = {
     "m1_deleted": ("m1_attention", M1_CHECKS, set()),
     "m1_loop": ("m1_attention", M1_CHECKS, {"mask_helpers"}),
     "m1_shadow": ("m1_attention", M1_CHECKS, {"stability"}),
+    **{f"m1_{name}": ("m1_attention", M1_CHECKS, {"stability"}) for name in HOSTILE},
     "m2_correct": ("m2_multihead", M2_CHECKS, set()),
     "m2_blank": ("m2_multihead", M2_CHECKS, set(M2_CHECKS)),
     "m2_partly": ("m2_multihead", M2_CHECKS, None),   # filled in below from the engine itself
@@ -285,7 +397,8 @@ def test_feedback_shows_no_hidden_code_or_grader_traceback(course):
     assert len(pages) >= 9, pages   # every student but the corrupted ones (6 for m1, 3 for m2)
     for page in pages:
         html = page.read_text()
-        leaked = [s for s in FORBIDDEN_IN_FEEDBACK if s in html]
+        own = HOSTILE.get(page.parts[-3].removeprefix("m1_"), "")     # a hostile student's own cell
+        leaked = [s for s in FORBIDDEN_IN_FEEDBACK if s in html and s not in own]
         assert not leaked, f"{page.relative_to(root)} shows {leaked}"
     partly = (root / "feedback/m1_partly/m1_attention/m1_attention.html").read_text()
     assert "check `stability` failed" in partly      # the student still learns what went wrong
@@ -297,3 +410,37 @@ def test_released_folders_hold_no_solution(course):
         if f.is_file():
             text = f.read_text()
             assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, f
+
+
+def _kernel_isolated() -> bool:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from autograder.engine.sandbox import bwrap_works
+    finally:
+        sys.path.pop(0)
+    return bwrap_works()[0]
+
+
+def test_hostile_notebooks_change_no_course_file(course):
+    """Whatever the cells tried, the course folder is as it was (nbgrader's own folders aside)."""
+    root, _, _ = course
+    if not _kernel_isolated() and os.geteuid() != 0:
+        pytest.skip("no bubblewrap and not root: the kernel runs as the grader's own user, unisolated")
+    files = json.loads((root / "course-files.json").read_text())
+    before, after = files["before"], files["after"]
+    assert after == before, {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+
+
+def test_hostile_cells_reach_nothing_in_the_sandbox(course):
+    """With bubblewrap, the kernel cannot even see the course: no solutions, no gradebook, no root."""
+    root, _, _ = course
+    if not _kernel_isolated():
+        pytest.skip("bubblewrap cannot run here: the notebook kernel is not isolated (the verdicts say so)")
+    said = {}
+    for name in HOSTILE:
+        nb = json.loads((root / f"autograded/m1_{name}/m1_attention/m1_attention.ipynb").read_text())
+        attack = next(c for c in nb["cells"] if c.get("id") == "attack")
+        said[name] = "".join("".join(o.get("text", "")) for o in attack["outputs"] if o.get("output_type") == "stream")
+    assert "not reachable" in said["h_read_solutions"] and "READ" not in said["h_read_solutions"], said
+    assert "OPENED" not in said["h_gradebook"] and "WROTE" not in said["h_gradebook"], said
+    assert "DELETED nothing" in said["h_delete"], said
