@@ -115,7 +115,18 @@ def _nbgrader(course: config.Course, args) -> int:
     problems = [p for p in build.check(course) if m.folder in p]
     for line in problems:
         print(line, file=sys.stderr)
+    print(release_warning(course, m) or f"Released assignments/{m.folder}/.")
     return code or (1 if problems else 0)
+
+
+def release_warning(course: config.Course, m: config.Milestone) -> str:
+    """Folders of later milestones carry earlier milestones' reference code: say so when releasing."""
+    deps = course.dependencies(m)
+    if not deps:
+        return ""
+    files = ", ".join(f"{f} ({d.id})" for d in deps for f in d.files)
+    return (f"NOTE: assignments/{m.folder}/ contains the working reference solution of {files}, so the "
+            f"folder runs on its own. Hand it out only after {', '.join(d.id for d in deps)} is due.")
 
 
 def _grade(course: config.Course, args) -> int:

@@ -6,7 +6,7 @@ forbidden APIs, time limits) comes from here. A bad file fails loudly, naming th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -28,6 +28,14 @@ class Written:
 
 
 @dataclass(frozen=True)
+class Forbidden:
+    """APIs students may not call: in one function (`where`) or in all of them ("all")."""
+    where: str
+    names: tuple[str, ...]     # fnmatch patterns over torch function names and "aten::" ops
+    plain: str                 # what students read
+
+
+@dataclass(frozen=True)
 class Milestone:
     id: str
     folder: str
@@ -36,9 +44,11 @@ class Milestone:
     depends_on: tuple[str, ...]
     probe_timeout: float
     total_timeout: float
-    forbidden: dict[str, tuple[str, ...]]   # function name or "all" -> fnmatch patterns
+    forbidden: tuple[Forbidden, ...]
     checks: dict[str, int]                  # group name -> points, in report order
     written: tuple[Written, ...] = ()       # hand-graded questions of the notebook
+    about: dict[str, str] = field(default_factory=dict)   # group name -> what it checks, for students
+    rules: tuple[str, ...] = ()             # the rules that cost points, in students' words
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -50,7 +60,7 @@ class Milestone:
         return sum(self.checks.values())
 
     def forbidden_for(self, function: str) -> tuple[str, ...]:
-        return self.forbidden.get("all", ()) + self.forbidden.get(function, ())
+        return tuple(n for f in self.forbidden if f.where in ("all", function) for n in f.names)
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,34 @@ def _str_list(value, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _milestone(raw, index: int, earlier: list[str]) -> Milestone:
+def _forbidden(raw, where: str) -> tuple[Forbidden, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list of {{in, names, plain}}")
+    out = []
+    for i, item in enumerate(raw):
+        w = f"{where}[{i}]"
+        out.append(Forbidden(_get(item, "in", str, w), _str_list(_get(item, "names", list, w), f"{w}.names"),
+                             _get(item, "plain", str, w).strip()))
+    return tuple(out)
+
+
+def _checks(raw, where: str) -> tuple[dict[str, int], dict[str, str]]:
+    """`name: {points, about}`: every group says what it checks, for the students' README."""
+    if not raw:
+        raise ConfigError(f"{where}: expected at least one check group")
+    points, about = {}, {}
+    for name, value in raw.items():
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}.{name}: expected {{points: N, about: \"what it checks\"}}, got {value!r}")
+        pts = value.get("points")
+        if not isinstance(pts, int) or isinstance(pts, bool) or pts <= 0:
+            raise ConfigError(f"{where}.{name}.points: expected a positive whole number of points, got {pts!r}")
+        points[str(name)] = pts
+        about[str(name)] = _get(value, "about", str, f"{where}.{name}").strip()
+    return points, about
+
+
+def _milestone(raw, index: int, earlier: list[str], rules: dict[str, str]) -> Milestone:
     where = f"milestones[{index}]"
     mid = _get(raw, "id", str, where)
     where = f"milestones[{index}] ({mid})"
@@ -120,21 +157,16 @@ def _milestone(raw, index: int, earlier: list[str]) -> Milestone:
     total = _get(limits, "total", float, f"{where}.time_limits")
     if not 0 < probe <= total:
         raise ConfigError(f"{where}.time_limits: expected 0 < probe <= total, got probe={probe}, total={total}")
-    forbidden_raw = raw.get("forbidden", {}) or {}
-    if not isinstance(forbidden_raw, dict):
-        raise ConfigError(f"{where}.forbidden: expected a mapping of function name to patterns")
-    forbidden = {k: _str_list(v, f"{where}.forbidden.{k}") for k, v in forbidden_raw.items()}
-    checks_raw = _get(raw, "checks", dict, where)
-    if not checks_raw:
-        raise ConfigError(f"{where}.checks: expected at least one check group")
-    checks = {}
-    for name, pts in checks_raw.items():
-        if not isinstance(pts, int) or isinstance(pts, bool) or pts <= 0:
-            raise ConfigError(f"{where}.checks.{name}: expected a positive whole number of points, got {pts!r}")
-        checks[str(name)] = pts
+    forbidden = _forbidden(raw.get("forbidden", []) or [], f"{where}.forbidden")
+    checks, about = _checks(_get(raw, "checks", dict, where), f"{where}.checks")
     title = raw.get("title", mid)
     written = _written(raw.get("written", []) or [], f"{where}.written", checks)
-    return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks, written)
+    rule_ids = _str_list(raw.get("rules", []) or [], f"{where}.rules") if raw.get("rules") else ()
+    unknown = [r for r in rule_ids if r not in rules]
+    if unknown:
+        raise ConfigError(f"{where}.rules: {unknown} are not rules of course.yaml (known: {sorted(rules)})")
+    return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks, written, about,
+                     tuple(rules[r] for r in rule_ids))
 
 
 def _written(items, where: str, checks: dict) -> tuple[Written, ...]:
@@ -172,9 +204,13 @@ def load(path: Path | str = COURSE_FILE) -> Course:
     seed = _get(grading, "seed", int, "grading")
     startup = _get(grading, "startup_timeout", float, "grading")
     items = _get(raw, "milestones", list, "course")
+    rules_raw = raw.get("rules", {}) or {}
+    if not isinstance(rules_raw, dict):
+        raise ConfigError("course.rules: expected a mapping of rule id to text")
+    rules = {str(k): " ".join(str(v).split()) for k, v in rules_raw.items()}
     milestones: list[Milestone] = []
     for i, item in enumerate(items):
-        m = _milestone(item, i, [x.id for x in milestones])
+        m = _milestone(item, i, [x.id for x in milestones], rules)
         if any(x.id == m.id or x.folder == m.folder for x in milestones):
             raise ConfigError(f"milestones[{i}]: duplicate id or folder ({m.id}, {m.folder})")
         milestones.append(m)

@@ -7,6 +7,8 @@
     <!-- autograded: GROUP -->     the autograded cell of check group GROUP of course.yaml (points from
                                    there), with an optional ```python block shown to students; at
                                    autograde its outputs are replaced by the engine's verdict (nbgrade.py)
+    <!-- grading -->               "How you are graded" (grading_text.py: groups, points, rules, what to
+                                   hand in), the same text as the milestone's README; once per notebook
     <!-- written: ID -->           written question ID of course.yaml: the prompt (from course.yaml) and
                                    a hand-graded answer cell; the body is the model answer for graders,
                                    removed from what students receive
@@ -23,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Course, Milestone
+from .grading_text import grading_markdown
 
 SOURCE_NAME = "notebook.md"
 ANSWER_STUB = "YOUR ANSWER HERE"     # nbgrader's ClearSolutions.text_stub
-_MARKER = re.compile(r"^<!--\s*(markdown|code|autograded|written)\s*(?::\s*([A-Za-z0-9_]+))?\s*-->\s*$")
+_MARKER = re.compile(r"^<!--\s*(markdown|code|autograded|written|grading)\s*(?::\s*([A-Za-z0-9_]+))?\s*-->\s*$")
 _FENCE = re.compile(r"\A```python\n(.*?)\n?```\Z", re.S)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -61,7 +64,7 @@ def parse(text: str, where: str) -> list[Cell]:
             if not fenced:
                 raise NotebookError(f"{where}:{start}: a {kind} cell's body must be one ```python fenced block")
             body = fenced.group(1).rstrip()
-        if body or kind in ("autograded", "written"):
+        if body or kind in ("autograded", "written", "grading"):
             cells.append(Cell(kind, arg, body, start))
 
     for i, line in enumerate(text.splitlines(), 1):
@@ -78,6 +81,8 @@ def parse(text: str, where: str) -> list[Cell]:
 
 
 def validate(cells: list[Cell], m: Milestone, where: str) -> None:
+    if sum(c.kind == "grading" for c in cells) != 1:
+        raise NotebookError(f"{where}: a notebook needs exactly one <!-- grading --> cell (how students are graded)")
     for kind, known in (("autograded", list(m.checks)), ("written", [w.id for w in m.written])):
         seen = [c.arg for c in cells if c.kind == kind]
         unknown = [(c.line, c.arg) for c in cells if c.kind == kind and c.arg not in known]
@@ -130,6 +135,8 @@ def render(course: Course, m: Milestone) -> str:
             out.append(_cell("markdown", f"md-{i:03d}", c.body))
         elif c.kind == "code":
             out.append(_cell("code", f"code-{i:03d}", c.body))
+        elif c.kind == "grading":
+            out.append(_cell("markdown", f"grading-{i:03d}", grading_markdown(course, m, notebook_name(m))))
         elif c.kind == "autograded":
             out.append(_cell("code", c.arg, autograded_source(m, c.arg, c.body),
                              _nbgrader(c.arg, grade=True, solution=False, locked=True, points=m.checks[c.arg])))

@@ -49,16 +49,21 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
            The leading dims "..." (batch, heads, ...) are the same for q, k and v.
         mask: None, or a bool tensor broadcastable to [..., Lq, Lk]. True = may attend.
               For example a padding mask [B, 1, Lk] or a causal mask [Lq, Lk].
-        dropout_p: probability of dropping an attention weight (use 0.0 when not training).
+        dropout_p: probability of dropping each attention weight (0.0: no dropout; callers pass 0.0
+                   when not training). Dropped weights become 0 and the kept ones are divided by
+                   (1 - dropout_p), as torch.nn.functional.dropout does, so the expected output is
+                   unchanged.
 
     Returns:
         (output, weights):
-            output  [..., Lq, d_v], same dtype as q
-            weights [..., Lq, Lk], each row sums to 1 over the keys it may attend to; blocked
-                    entries are exactly 0. A query row with no allowed key gets all-zero weights,
-                    so its output row is all zeros (as in torch.nn.functional.scaled_dot_product_attention).
+            output  [..., Lq, d_v], same dtype as q, computed as weights @ v
+            weights [..., Lq, Lk], the weights the output was computed with (after dropout, if
+                    any). Without dropout each row sums to 1 over the keys it may attend to;
+                    blocked entries are exactly 0. A query row with no allowed key gets all-zero
+                    weights, so its output row is all zeros (as in
+                    torch.nn.functional.scaled_dot_product_attention).
 
-    The inputs are not modified.
+    The inputs are not modified. No Python loops: one batched computation for every leading dim.
 
     Example (one query, two keys, the second key blocked):
         q = [[1., 0.]], k = [[1., 0.], [0., 1.]], v = [[10.], [20.]], mask = [[True, False]]

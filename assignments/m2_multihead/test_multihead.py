@@ -41,17 +41,50 @@ def test_shapes(lq, lk):
         f"self.attn_weights should be [B, H, Lq, Lk] = (3, 2, {lq}, {lk}), got {tuple(mha.attn_weights.shape)}")
 
 
-def test_matches_pytorch_with_padding_mask():
-    d, h = 8, 2
-    mine = MultiHeadAttention(d, h).double().eval()
+def _pytorch_copy(mine, d, h):
     ref = nn.MultiheadAttention(d, h, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([mine.w_q.weight, mine.w_k.weight, mine.w_v.weight]))
         ref.in_proj_bias.copy_(torch.cat([mine.w_q.bias, mine.w_k.bias, mine.w_v.bias]))
         ref.out_proj.weight.copy_(mine.w_o.weight)
         ref.out_proj.bias.copy_(mine.w_o.bias)
-    x = torch.randn(3, 5, d, dtype=torch.float64)
-    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
-    got = mine(x, x, x, keep[:, None, :])                          # our masks: True = may attend
+    return ref
+
+
+@pytest.mark.parametrize("batch", [3, 2])          # batch 2 == heads 2: a missing head dim is silent there
+def test_matches_pytorch_with_padding_mask(batch):
+    d, h = 8, 2
+    mine = MultiHeadAttention(d, h).double().eval()
+    ref = _pytorch_copy(mine, d, h)
+    x = torch.randn(batch, 5, d, dtype=torch.float64)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)[:batch]
+    mask = keep[:, None, :]                                        # [B, 1, L]; our masks: True = may attend
+    try:
+        got = mine(x, x, x, mask)
+    except RuntimeError as e:
+        pytest.fail(f"a padding mask [B, 1, L] made forward raise {e!r}. Does the mask get a head dimension "
+                    f"(mask.unsqueeze(1) -> [B, 1, 1, L]) before it meets the scores [B, H, L, L]?")
     want, _ = ref(x, x, x, key_padding_mask=~keep)                 # PyTorch's: True = blocked
-    assert torch.allclose(got, want), "output differs from nn.MultiheadAttention given the same weights"
+    if batch == h:   # the same mask without a head dimension: item b's padding lands on head b of every item
+        no_head = (~keep)[None, :, None, :].expand(batch, h, 5, 5).reshape(batch * h, 5, 5)
+        wrong, _ = ref(x, x, x, attn_mask=no_head)
+        assert not torch.allclose(got, wrong), (
+            "your output is what a mask without a head dimension gives: with B == H it lines the batch up with "
+            "the heads instead of failing. Give a [B, 1, L] or [B, L, L] mask a head dimension: mask.unsqueeze(1).")
+    assert torch.allclose(got, want), "output differs from nn.MultiheadAttention given the same weights and mask"
+
+
+def test_dropout_only_in_training():
+    d, h = 8, 2
+    mha = MultiHeadAttention(d, h, dropout=0.5).double()
+    x = torch.randn(2, 6, d, dtype=torch.float64)
+    mha.eval()
+    a, b = mha(x, x, x), mha(x, x, x)
+    assert torch.equal(a, b), "in eval mode (model.eval()) dropout must be off: two calls should give the same output"
+    mha.train()
+    torch.manual_seed(0)
+    c = mha(x, x, x)
+    assert not torch.allclose(a, c), "in training mode, dropout=0.5 should change the output"
+    assert (mha.attn_weights == 0).any(), (
+        "in training mode some attention weights should be 0: dropout acts on the attention weights "
+        "(pass dropout_p to scaled_dot_product_attention) and self.attn_weights keeps the weights used")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import textwrap
 
 import pytest
@@ -74,14 +75,16 @@ milestones:
     folder: m1_a
     files: [a.py]
     time_limits: {probe: 5, total: 50}
-    checks: {shapes: 2}
+    checks: {shapes: {points: 2, about: "the shapes"}}
 """
 
 
 @pytest.mark.parametrize("change, needle", [
     (("seed: 1", "seed: one"), "grading.seed: expected int"),
     (("    files: [a.py]\n", ""), "milestones[0] (m1): missing key 'files'"),
-    (("checks: {shapes: 2}", "checks: {shapes: 0}"), "checks.shapes: expected a positive whole number"),
+    (("points: 2", "points: 0"), "checks.shapes.points: expected a positive whole number"),
+    (('{points: 2, about: "the shapes"}', "2"), "checks.shapes: expected {points: N, about"),
+    (("files: [a.py]", "files: [a.py]\n    rules: [nope]"), "rules: ['nope'] are not rules of course.yaml"),
     (("probe: 5", "probe: 500"), "expected 0 < probe <= total"),
     (("files: [a.py]", "files: [a.py]\n    depends_on: [m7]"), "depends_on: 'm7' is not an earlier milestone"),
     (("id: m1", "id: first"), "expected 'm' followed by a number"),
@@ -101,4 +104,26 @@ def test_course_facts_come_from_course_yaml():
     assert COURSE.milestone("m1").max_score == sum(COURSE.milestone("m1").checks.values())
     readme = (COURSE.root / "assignments" / m2.folder / "README.md").read_text()
     for name, points in m2.checks.items():
-        assert f"| {name} | {points} |" in readme
+        assert f"| `{name}` | {points} | {m2.about[name]} |" in readme
+
+
+@pytest.mark.parametrize("m", COURSE.milestones, ids=lambda m: m.id)
+def test_every_rule_that_costs_points_is_written_where_students_read(m):
+    """README and notebook: groups with points, written questions, forbidden APIs in plain words,
+    the rules (loops, inputs, dtype), what to hand in; one text, from course.yaml."""
+    readme = (COURSE.root / "assignments" / m.folder / "README.md").read_text()
+    nb = json.loads((COURSE.root / "source_notebooks" / m.folder / f"{m.folder}.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"]]
+    (grading,) = [c for c in cells if c.startswith("## How you are graded")]
+    assert grading in readme
+    written = sum(w.points for w in m.written)
+    assert f"**Total: {m.max_score + written} points**" in grading
+    for w in m.written:
+        assert f"| `{w.id}` | {w.points} |" in grading
+    for f in m.forbidden:
+        assert f.plain in grading and not any(n in grading for n in f.names if n.startswith("aten::"))
+    for rule in m.rules:
+        assert rule in grading
+    for f in m.files:
+        assert f"- `{f}` (graded automatically)." in grading
+    assert f"`{m.folder}.ipynb`, with your answers" in grading

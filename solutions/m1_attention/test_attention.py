@@ -51,7 +51,8 @@ def test_padding_mask():
 
 def test_causal_mask():
     got = causal_mask(3)
-    assert got.dtype == torch.bool and got.shape == (3, 3)
+    assert got.dtype == torch.bool and got.shape == (3, 3), (
+        f"causal_mask(3) should be a bool tensor of shape (3, 3), got {got.dtype} of shape {tuple(got.shape)}")
     assert torch.equal(got, torch.ones(3, 3, dtype=torch.bool).tril()), "True must be on and below the diagonal"
 
 
@@ -76,7 +77,8 @@ def test_masked_keys_get_exactly_zero_weight():
     mask = padding_mask(torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]), pad_id=0)   # [2, 1, 5]
     out, w = scaled_dot_product_attention(q, k, v, mask)
     assert torch.all(w[0, :, 3:] == 0), "masked keys (mask False) must get weight exactly 0"
-    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask)), (
+        "with a padding mask, the output differs from F.scaled_dot_product_attention(q, k, v, attn_mask=mask)")
 
 
 def test_fully_masked_row_gives_zeros():
@@ -86,3 +88,25 @@ def test_fully_masked_row_gives_zeros():
     out, w = scaled_dot_product_attention(q, k, v, mask)
     assert not torch.isnan(out).any(), "a fully masked query row must give zeros, not NaN"
     assert torch.equal(w[0, 1], torch.zeros(5, dtype=w.dtype)) and torch.equal(out[0, 1], torch.zeros(6, dtype=out.dtype))
+
+
+def test_dropout_drops_and_rescales():
+    """dropout_p: each weight is dropped (set to 0) with that probability, the kept ones are divided by
+    (1 - dropout_p), and the output is computed from these weights."""
+    q, k, v = _qkv(4, 2, lq=8, lk=8)
+    _, plain = scaled_dot_product_attention(q, k, v)
+    torch.manual_seed(1)
+    out, w = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    dropped = (w == 0).double().mean().item()
+    assert 0.3 < dropped < 0.7, f"with dropout_p=0.5 about half of the weights should be 0, got {dropped:.0%}"
+    kept = w != 0
+    assert torch.allclose(w[kept], plain[kept] / 0.5), (
+        "the weights kept by dropout must be divided by (1 - dropout_p): with dropout_p=0.5 they double")
+    assert torch.allclose(out, w @ v), "the output must be computed from the weights after dropout: weights @ v"
+
+
+def test_no_dropout_when_p_is_zero():
+    q, k, v = _qkv(2)
+    a = scaled_dot_product_attention(q, k, v, dropout_p=0.0)[1]
+    b = scaled_dot_product_attention(q, k, v)[1]
+    assert torch.equal(a, b), "dropout_p=0.0 must leave the weights untouched (same as no dropout)"
