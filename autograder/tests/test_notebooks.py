@@ -23,25 +23,27 @@ def test_rendered_notebook_has_one_graded_cell_per_check_and_question(m):
         meta, src = graded[group]["metadata"]["nbgrader"], "".join(graded[group]["source"])
         assert meta == {"schema_version": 3, "grade": True, "grade_id": group, "locked": True,
                         "solution": False, "points": pts}
-        assert f"run_check({m.id!r}, {group!r})" in src and notebook.HIDDEN_BEGIN in src
+        # No hidden code: the verdict comes from the engine, outside the kernel (nbgrade.ApplyVerdicts).
+        assert src.startswith(f"# Autograded: check group `{group}`") and "run_check" not in src
     for w in m.written:
         meta = graded[w.id]["metadata"]["nbgrader"]
         assert meta["solution"] and meta["grade"] and meta["points"] == w.points
         assert graded[w.id]["cell_type"] == "markdown"
     ids = [c["id"] for c in nb["cells"]]
     assert len(set(ids)) == len(ids)
-    # What students receive: no hidden part, no model answer.
+    # What students receive: no model answer.
     released = notebook.student_view(text, release=True)
-    assert not any("run_check" in src or notebook.HIDDEN_BEGIN in src for *_, src in released)
     assert all(src == notebook.ANSWER_STUB for kind, gid, _, src in released if gid in {w.id for w in m.written})
 
 
 def test_notebook_source_errors_name_the_line():
     m = COURSE.milestone("m1")
-    cells = notebook.parse("<!-- autograded: softmax -->\n<!-- autograded: nope -->\n", "x.md")
-    with pytest.raises(notebook.NotebookError, match="x.md:2: autograded 'nope'"):
+    cells = notebook.parse("<!-- grading -->\n<!-- autograded: softmax -->\n<!-- autograded: nope -->\n", "x.md")
+    with pytest.raises(notebook.NotebookError, match="x.md:3: autograded 'nope'"):
         notebook.validate(cells, m, "x.md")
     with pytest.raises(notebook.NotebookError, match="missing"):
+        notebook.validate(notebook.parse("<!-- grading -->\n<!-- autograded: softmax -->\n", "x.md"), m, "x.md")
+    with pytest.raises(notebook.NotebookError, match="exactly one <!-- grading -->"):
         notebook.validate(notebook.parse("<!-- autograded: softmax -->\n", "x.md"), m, "x.md")
     with pytest.raises(notebook.NotebookError, match="x.md:1: a code cell's body"):
         notebook.parse("<!-- code -->\nprint(1)\n", "x.md")
@@ -50,6 +52,6 @@ def test_notebook_source_errors_name_the_line():
 def test_written_questions_are_validated():
     raw = {"title": "t", "grading": {"seed": 1, "startup_timeout": 5}, "milestones": [
         {"id": "m1", "folder": "f", "files": ["a.py"], "time_limits": {"probe": 1, "total": 2},
-         "checks": {"g": 1}, "written": [{"id": "g", "points": 1, "prompt": "why?"}]}]}
+         "checks": {"g": {"points": 1, "about": "g"}}, "written": [{"id": "g", "points": 1, "prompt": "why?"}]}]}
     with pytest.raises(config.ConfigError, match="written\\[0\\].id"):
-        config._milestone(raw["milestones"][0], 0, [])
+        config._milestone(raw["milestones"][0], 0, [], {})
