@@ -25,7 +25,7 @@ def table(result: Result, who: str = "") -> str:
 def feedback(result: Result) -> str:
     files = ", ".join(f"{f.name} ({f.source})" for f in result.files)
     lines = [table(result), "", f"Files graded: {files}"]
-    lines += [f"Note: {n}" for n in result.notes]
+    lines += list(result.notes)
     starred = {c.note for c in result.checks if c.stand_ins}
     for note in sorted(starred):
         lines += [""] + textwrap.wrap(f"* {note}", 96, subsequent_indent="  ")

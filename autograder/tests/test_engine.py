@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -141,3 +142,30 @@ def test_course_help_lists_commands():
                          cwd=COURSE.root).stdout
     for command in ("build", "grade", "demo"):
         assert command in out
+
+
+def test_course_grade_runs_student_code_in_the_sandbox(tmp_path, capsys):
+    """The steal-the-reference file: its own work is the stub; inside the sandbox it finds nothing."""
+    from autograder.engine.sandbox import bwrap_works
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "attention.py").write_text((COURSE.root / "autograder/tests/hostile/m1/read_solution/attention.py").read_text())
+    out = tmp_path / "r.json"
+    assert cli.main(["grade", str(sub), "-m", "m1", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    if bwrap_works()[0]:
+        assert data["score"] == 0, printed
+        assert "NOT isolated" not in printed and "FOUND" not in printed
+    else:
+        assert printed.count("NOT isolated") == 1
+
+
+def test_resource_limits_mode_is_said_once_and_correct_code_keeps_full_marks(tmp_path, capsys):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "attention.py").write_text(
+        (COURSE.root / "autograder/tests/hostile/m1/stdlib_imports/attention.py").read_text())
+    assert cli.main(["grade", str(sub), "-m", "m1", "--sandbox", "rlimits"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("NOT isolated") == 1 and re.search(r"total +20 / 20", printed), printed
