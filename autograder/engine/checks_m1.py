@@ -139,8 +139,8 @@ def _mask_unsqueezed(q, k, v, mask=None, **_):
 @CATALOGUE.entry("attention", "keys_values_swapped", "keys and values are swapped: the scores use k "
                  "(q @ k^T) and the output uses v (weights @ v).")
 def _keys_values_swapped(q, k, v, mask=None, **_):
-    w = _weights(q, v, mask) if v.size(-1) == q.size(-1) else None
-    return None if w is None else (w @ k, w)
+    w = _weights(q, v, mask)           # raises, like the student's code, when d_v != d_k
+    return w @ k, w
 
 
 @CATALOGUE.entry("softmax", "softmax_ignores_dim", "the softmax is taken over the last dimension whatever `dim` "
@@ -157,12 +157,14 @@ def _softmax_global_sum(x, dim=-1):
 
 
 def output_not_from_weights(out, w, v):
-    """A probe: the output is not `weights @ v` for the weights the student returned."""
-    if isinstance(w, torch.Tensor) and w.shape[-1] == v.shape[-2]:
+    """A probe: the output is not `weights @ v` for the weights the student returned (compared at the
+    output's own precision)."""
+    if isinstance(w, torch.Tensor) and isinstance(out, torch.Tensor) and w.shape[-1] == v.shape[-2]:
+        atol = 1e-6 if out.dtype == torch.float32 else 1e-9
         try:
-            if not torch.allclose(out.to(torch.float64), (w.to(torch.float64) @ v.to(torch.float64)), atol=1e-6):
-                return Mistake("output_not_from_weights", "the output is not weights @ v for the weights you "
-                               "return: return the weights that actually made the output (after masking and "
+            if not torch.allclose(out.to(torch.float64), (w.to(torch.float64) @ v.to(torch.float64)), atol=atol):
+                return Mistake("output_not_from_weights", "the weights returned are not the ones the output "
+                               "was computed with: return the weights that made the output (after masking and "
                                "dropout), and compute output = weights @ v.")
         except RuntimeError:
             return None
@@ -520,6 +522,12 @@ def dropout(t: Tester):
     out, w, what = run_attention(t, q, k, v, dropout_p=p, seed=5,
                                  what=f"`{SDPA}(q, k, v, dropout_p={p})`")
     w = t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
+    t.expect_tensor(out, f"The output from {what}", shape=exp_out.shape)
+    # First: the weights returned must be those the output was made with (at the output's precision).
+    mistake = output_not_from_weights(out, w, v)
+    if mistake is not None:
+        t.fail(f"The output from {what} is not weights @ v for the weights it returns. Likely cause: "
+               f"{mistake.text}", mistake.id, mistake.text)
     dropped = (w == 0)
     share = dropped.double().mean().item()
     if share == 0 and t.close(w, exp_w):
@@ -531,12 +539,9 @@ def dropout(t: Tester):
                f"drop each attention weight with probability dropout_p (for example with "
                f"torch.nn.functional.dropout(weights, p=dropout_p)).")
     kept = ~dropped
-    t.expect_close(w[kept], exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
+    t.expect_close(w[kept].to(exp_w.dtype), exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
         (Mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
                  "so the expected output is unchanged (F.dropout does this)."), exp_w[kept])] + [
         (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])
-    t.expect_close(out, w @ v, f"The output from {what}", [
-        (Mistake("dropout_after_output", "the output must be computed from the weights after dropout "
-                 "(output = weights @ v)."), exp_out)])
     out0, w0, what0 = run_attention(t, q, k, v, dropout_p=0.0, what=f"`{SDPA}(q, k, v, dropout_p=0.0)`")
     check_attention(t, q, k, v, label="dropout_p=0.0", got=(out0, w0, what0))

@@ -193,13 +193,21 @@ stand_ins("m2", split_heads=_stand_in_split_heads, merge_heads=_stand_in_merge_h
 
 def run_mha(t: Tester, d_model, heads, query, key, value, mask=None, *, params=None, train=False,
             dropout=0.0, bias=True, calls=1, backward=None, record=False):
+    """Build and call the student's module. With `params`, an error it raises is matched against the
+    catalogue (the same inputs through each known mistake) to name its likely cause."""
     kwargs = {"dropout": dropout, "bias": bias}
     args = [query, key, value] + ([mask] if mask is not None else [])
-    # Each call its own seed: dropout left on in eval mode then shows as two different outputs.
-    return t.module(MHA, (d_model, heads), kwargs, calls=[{"args": args, "seed": i} for i in range(calls)],
-                    params=params, train=train,
-                    attrs=("attn_weights",), backward=backward, record=record,
-                    dtype="float64" if query.dtype == torch.float64 else None)
+    try:
+        # Each call its own seed: dropout left on in eval mode then shows as two different outputs.
+        return t.module(MHA, (d_model, heads), kwargs, calls=[{"args": args, "seed": i} for i in range(calls)],
+                        params=params, train=train, attrs=("attn_weights",), backward=backward, record=record,
+                        dtype="float64" if query.dtype == torch.float64 else None)
+    except CheckFailed as e:
+        if params is not None and e.cause is None and " raised " in str(e):
+            mistake = CATALOGUE.raising("mha", *_error_of(str(e)), params, heads, query, key, value, mask)
+            if mistake is not None:
+                raise CheckFailed(f"{e}\nLikely cause: {mistake.text}", mistake.id, mistake.text) from None
+        raise
 
 
 def mask_cases(t: Tester, B, Lq, Lk):
@@ -222,14 +230,7 @@ def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias
     params = random_params(t, d_model, bias, dtype=query.dtype)
     tried = functools.cache(lambda: CATALOGUE.tried("mha", params, heads, query, key, value, mask))
     what = describe_call(d_model, heads, query, key, label)
-    try:
-        reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias)
-    except CheckFailed as e:
-        if e.cause is None and "raised" in str(e):
-            mistake = CATALOGUE.raising("mha", *_error_of(str(e)), params, heads, query, key, value, mask)
-            if mistake is not None:
-                raise CheckFailed(f"{e}\nLikely cause: {mistake.text}", mistake.id, mistake.text) from None
-        raise
+    reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias)
     want, want_w, _ = reference_mha(params, d_model, heads, query, key, value, mask)
     got = reply["outputs"][0]
     t.expect_tensor(got, f"The output of {what}", shape=want.shape)

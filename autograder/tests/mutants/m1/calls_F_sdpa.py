@@ -1,7 +1,7 @@
 """Mistake: attention computes its output with torch.nn.functional.scaled_dot_product_attention.
 
 CATCHES: from_scratch, dropout
-DIAGNOSIS: forbidden_api, dropout_ignored
+DIAGNOSIS: forbidden_api, output_not_from_weights
 """
 
 import math
