@@ -153,8 +153,8 @@ class Tester:
 
     def _not_judged_if_style(self, why: str):
         if self.spec.style:
-            raise NotJudged(f"Not judged: this check looks at how your code is written, which is judged only for "
-                            f"code that runs and gives the right values. What happened: {why}")
+            raise NotJudged(f"Not judged: this check gives its points only to code that runs and gives the right "
+                            f"values. What happened: {why}")
 
     def call(self, func: str, *args, record=False, grad_args=None, backward=None, return_args=False,
              seed=0, catalogue=None, **kwargs) -> dict:
@@ -170,13 +170,16 @@ class Tester:
                               "backward": backward, "return_args": return_args, "seed": seed}, what, crash=crash)
 
     def module(self, cls: str, args=(), kwargs=None, *, calls=(), params=None, train=False, attrs=(),
-               record=False, backward=None, seed=0, dtype=None, allow_error=False) -> dict:
-        """Build `cls(*args, **kwargs)` in the worker, load `params`, run `calls`; see worker.op_module."""
+               record=False, backward=None, seed=0, dtype=None, allow_error=False, buffers=False,
+               crash=None) -> dict:
+        """Build `cls(*args, **kwargs)` in the worker, load `params`, run `calls`; see worker.op_module.
+        `attrs` may be dotted ("self_attn.dropout"). `crash(reply)`: a Mistake explaining an error, or None."""
         what = f"`{cls}`"
         return self._request({"op": "module", "module": self.module_name, "cls": cls, "args": list(args),
                               "kwargs": kwargs or {}, "params": params, "train": train,
                               "calls": [dict(c) for c in calls], "attrs": list(attrs), "record": record,
-                              "backward": backward, "seed": seed, "dtype": dtype}, what, allow_error)
+                              "backward": backward, "seed": seed, "dtype": dtype, "buffers": buffers},
+                             what, allow_error, crash)
 
     def run(self, recipe: Callable, *args, what: str, record=False, seed=0, **kwargs) -> dict:
         """Run the judge's `recipe` function inside the worker (for objects that must live beside the
@@ -265,8 +268,8 @@ class Tester:
         self.verified += 1
         if not self.close(actual, expected, atol):
             raise NotJudged(f"Not judged: {what} does not give the right values on this check's inputs (the "
-                            f"groups above say what is wrong), and how code is written is judged only for "
-                            f"code that works.")
+                            f"groups above say what is wrong), and this check gives its points only to code "
+                            f"that works.")
 
     def expect_allowed(self, record: dict | None, func: str):
         """Fail if the recorded torch functions / ATen ops include a forbidden one."""

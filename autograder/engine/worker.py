@@ -226,7 +226,9 @@ class _Patched:
                 namespace = {"__name__": "course_stand_in"}
                 exec("import math\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
                      + p["source"], namespace)
-                _STAND_IN_CACHE[key] = namespace[p["defines"]]
+                obj = namespace[p["defines"]]
+                obj.__name__ = obj.__qualname__ = p["name"]     # it stands in under the student's name
+                _STAND_IN_CACHE[key] = obj
             old = vars(module).get(p["name"], _MISSING)
             self.saved.append((module, p["name"], old))
             _ORIGINALS[(module.__name__, p["name"])] = None if old is _MISSING else old
@@ -289,6 +291,13 @@ def op_call(req):
     return reply
 
 
+def _attr(obj, dotted):
+    """obj.a.b for "a.b"; None where a part is missing."""
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
 def op_module(req):
     try:
         module = _load(req["module"])
@@ -310,7 +319,14 @@ def op_module(req):
                 "message": f"{req['cls']} is not a torch.nn.Module", "traceback": ""}
     reply = {"ok": True,
              "params": {k: plain(v) for k, v in obj.named_parameters()},
-             "submodules": sorted({type(m).__name__ for m in obj.modules()})}
+             "buffers": {k: plain(v) for k, v in obj.named_buffers()} if req.get("buffers") else None,
+             # PyTorch's own module classes in use, as "nn.<Name>" (the student's own classes are not listed)
+             "submodules": sorted({f"nn.{type(m).__name__}" for m in obj.modules()
+                                   if type(m).__module__.startswith("torch.")}),
+             # every submodule by name, and the names that are a second reference to the same object
+             "children": {k: type(m).__name__ for k, m in obj.named_modules(remove_duplicate=False) if k},
+             "shared": sorted(set(k for k, _ in obj.named_modules(remove_duplicate=False))
+                              - set(k for k, _ in obj.named_modules()))}
     try:
         if req.get("dtype") == "float64":
             obj.double()
@@ -342,7 +358,7 @@ def op_module(req):
             with torch.set_grad_enabled(want_grad), rec:
                 out = obj(*args, **call.get("kwargs", {}))
             outputs.append(out)
-            values = {a: getattr(obj, a, None) for a in req.get("attrs", [])}
+            values = {a: _attr(obj, a) for a in req.get("attrs", [])}
             attrs.append({a: plain(v) for a, v in values.items()})
             attrs_grad.append({a: isinstance(v, torch.Tensor) and v.requires_grad for a, v in values.items()})
             args_after.append([plain(a) for a in args])

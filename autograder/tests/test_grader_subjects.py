@@ -7,7 +7,7 @@ import pytest
 
 from conftest import COURSE, graded, subjects
 
-MILESTONES = ["m1", "m2"]
+MILESTONES = ["m1", "m2", "m3"]
 
 # Files with the right names, shapes and dtypes that compute nothing (KIND: zeros, input or random).
 _FAKE = """
