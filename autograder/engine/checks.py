@@ -143,6 +143,8 @@ class Tester:
             self._not_judged_if_style(text.rstrip("."))
             if reply.get("kind") == "params":
                 raise CheckFailed(text, "parameter_names", text)
+            if reply.get("kind") == "shared":
+                raise CheckFailed(text, "shared_submodule", text)
             mistake = crash(reply) if crash is not None and reply.get("kind") == "exception" else None
             if mistake is None and reply.get("kind") == "exception":
                 mistake = diagnosis.error_cause(reply.get("message"))
@@ -251,10 +253,16 @@ class Tester:
         default_atol, default_rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
         atol = default_atol if atol is None else atol
         rtol = default_rtol if rtol is None else rtol
+        candidates = list(mistakes() if callable(mistakes) else mistakes)
+        # A mistake that reproduces the answer to full precision beats every other explanation; then
+        # lower precision (the simplest one); then mistakes that match only to float32 accuracy.
+        for mistake, variant in candidates:
+            if diagnosis.matches(actual, variant, expected, atol, rtol, loose=False):
+                return mistake
         precision = diagnosis.lower_precision(actual, expected, inputs_dtype)
         if precision:
             return Mistake("lower_precision", precision)
-        for mistake, variant in (mistakes() if callable(mistakes) else mistakes):
+        for mistake, variant in candidates:
             if diagnosis.matches(actual, variant, expected, atol, rtol):
                 return mistake
         for probe in probes:
@@ -309,6 +317,8 @@ def student_error(reply: dict, what: str) -> str:
     if kind == "params":
         return (f"{reply.get('message')}: keep the parameter names of the stub (the checks load weights into "
                 f"them by name).")
+    if kind == "shared":
+        return f"{reply.get('message')}: create a separate module for each sub-layer."
     if kind == "exit":
         return f"While running {what}, {reply.get('message')}; your code should return, not exit.{tb}"
     if kind == "constructor":

@@ -180,7 +180,7 @@ def _attn(p, prefix, q, k, v, mask):
 
 def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, *, residual_from_norm=False,
              norm_on_branch=False, invert=False, swap_norms=False, cross_kv_from_x=False, cross_q_from_memory=False,
-             masks_swapped=False, tgt_mask_ignored=False, norm_memory=False):
+             masks_swapped=False, tgt_mask_ignored=False, norm_memory=False, auto_causal=False):
     """An encoder (memory None) or decoder layer computed the right way, or with one deviation."""
     decoder = memory is not None
     norm_first = (not norm_first) if invert else norm_first
@@ -192,6 +192,10 @@ def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=
         src_mask, tgt_mask = tgt_mask, src_mask
     if decoder and tgt_mask_ignored:
         tgt_mask = None
+    if decoder and auto_causal:
+        if tgt_mask is not None:
+            return None
+        tgt_mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
     ff = _sub(p, "feed_forward")
     subs = [lambda h: _attn(p, "self_attn", h, h, h, tgt_mask if decoder else src_mask)]
     if decoder:
@@ -207,7 +211,7 @@ def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=
     for sub, norm in zip(subs, norms):
         if norm_first:
             n = norm(x)
-            x = (n if residual_from_norm else x) + sub(n)
+            x = (n if residual_from_norm is True or residual_from_norm == "first" and sub is subs[0] else x) + sub(n)
         elif norm_on_branch:
             x = x + norm(sub(x))
         else:
@@ -218,6 +222,9 @@ def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=
 LAYER_MISTAKES = {
     "pre_ln_residual_from_norm": ("in pre-LN the residual must be the un-normalised stream: x = x + "
                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": True}, "pre"),
+    # the same mistake, made in the first sub-layer only (registered under the same id)
+    "pre_ln_residual_from_norm ": ("in pre-LN the residual must be the un-normalised stream: x = x + "
+                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": "first"}, "pre"),
     "post_ln_norm_on_branch": ("in post-LN the norm comes after the residual add: x = norm(x + drop(sublayer(x))), "
                                "not x + norm(sublayer(x)).", {"norm_on_branch": True}, "post"),
     "norm_first_ignored": ("norm_first is not followed: norm_first=True is pre-LN (normalise before each "
@@ -237,6 +244,9 @@ DECODER_MISTAKES = {
                          "self_attn(x, x, x, tgt_mask).", {"tgt_mask_ignored": True}),
     "memory_normalised": ("memory is normalised inside the decoder layer; use it as it is: "
                           "cross_attn(norm2(x), memory, memory, src_mask).", {"norm_memory": True}),
+    "tgt_mask_added": ("with tgt_mask=None the self-attention must see every position: a mask that is None means "
+                       "no mask (the caller passes the causal mask; none is added inside the layer).",
+                       {"auto_causal": True}),
 }
 
 
@@ -246,13 +256,13 @@ def _register_layers():
         if kind == "decoder":
             items.update(DECODER_MISTAKES)
         for mid, (text, dev) in items.items():
-            mode = LAYER_MISTAKES.get(mid, (None, None, None))[2]
+            mode = LAYER_MISTAKES[mid][2] if mid in LAYER_MISTAKES else None
 
             def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _dev=dev, _mode=mode):
                 if _mode == "pre" and not norm_first or _mode == "post" and norm_first:
                     return None
                 return layer_fn(p, norm_first, activation, x, memory, src_mask, tgt_mask, **_dev)
-            CATALOGUE.entry(kind, mid, text)(fn)
+            CATALOGUE.entry(kind, mid.strip(), text)(fn)
 
 
 _register_layers()
@@ -429,9 +439,10 @@ def decoder_layer(t: Tester):
     src_mask, causal, tgt_mask = _masks(B, Lt, Ls)
     x, memory = t.randn(B, Lt, d), t.randn(B, Ls, d)
     for norm_first in (False, True):
+        # The causal-only case first: its errors tell swapped masks from swapped attention arguments.
+        check_layer(t, d, d_ff, norm_first, "gelu", x, memory, None, causal, f"a causal mask {shape_str(causal.shape)}")
         check_layer(t, d, d_ff, norm_first, "relu", x, memory, src_mask, tgt_mask,
                     f"source padding {shape_str(src_mask.shape)} and causal + target padding {shape_str(tgt_mask.shape)}")
-        check_layer(t, d, d_ff, norm_first, "gelu", x, memory, None, causal, f"a causal mask {shape_str(causal.shape)}")
         check_layer(t, d, d_ff, norm_first, "relu", x, memory, None, None, "no masks")
     x32, m32 = t.randn(B, Lt, d, dtype=torch.float32), t.randn(B, Ls, d, dtype=torch.float32)
     check_layer(t, d, d_ff, True, "relu", x32, m32, src_mask, tgt_mask, "both masks (float32)")
@@ -508,47 +519,48 @@ def behaviour(t: Tester):
                "dropout_in_eval")
 
 
-def _branch_check(t: Tester, what, diff, branch, p):
-    """diff = (output - input) of a pre-LN layer whose only non-zero sub-layer output is the constant
-    `branch`: with dropout p on that sub-layer's output, each entry is 0 or branch / (1 - p)."""
+def _branch_check(t: Tester, what, out, x, branch, p):
+    """`out` of a pre-LN layer on `x` whose only non-zero sub-layer output is the constant `branch`: with
+    dropout p on that sub-layer's output, out - x is 0 or branch / (1 - p), entry by entry."""
+    diff = out - x
     zero = diff.abs() < 1e-12
     share = zero.double().mean().item()
-    kept_ok = torch.allclose(diff[~zero], (branch / (1 - p)).expand_as(diff)[~zero], atol=1e-9)
+    if 0.25 < share < 0.75 and torch.allclose(diff[~zero], (branch / (1 - p)).expand_as(diff)[~zero], atol=1e-9):
+        return
     if share == 0 and torch.allclose(diff, branch.expand_as(diff), atol=1e-9):
         t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
                f"the layer's dropout to each sub-layer's output before adding it: x + drop(sublayer(...)).",
                "no_residual_dropout")
-    if not (0.25 < share < 0.75) or not kept_ok:
-        t.fail(f"{what}: in training mode (dropout=0.5) the sub-layer's output should be dropped (about half of "
-               f"its entries 0) and the rest divided by 1 - p before the residual add; this is not what the layer "
-               f"does. Dropout belongs on the sub-layer's output, not on the sum x + sublayer(x).",
-               "dropout_on_residual_sum")
+    dropped = out.abs() < 1e-12
+    if 0.25 < dropped.double().mean().item() < 0.75 and torch.allclose(
+            out[~dropped], ((x + branch) / (1 - p))[~dropped], atol=1e-9):
+        t.fail(f"{what}: in training mode dropout is applied to the residual sum (x + sublayer(x)); it belongs on "
+               f"the sub-layer's output before the add: x + drop(sublayer(...)).", "dropout_on_residual_sum")
+    t.fail(f"{what}: in training mode (dropout=0.5) the sub-layer's output should be dropped (about half of its "
+           f"entries 0) and the rest divided by 1 - p, then added to x; this layer's output does not fit that.")
 
 
 @group("m3", "dropout", depends=PARTS)
 def dropout(t: Tester):
     d, B, L, p = 8, 4, 6, 0.5
+    zeros = functools.partial(torch.zeros, dtype=torch.float64)
     # Eval mode: off, and equal to PyTorch's.
     pe = layer_params(t, d, d)
     x = t.randn(B, L, d)
     reply = run_layer(t, pe, d, d, True, "relu", x, dropout=p, attrs=("self_attn.dropout",))
     t.expect_close(reply["outputs"][0], expected_layer(pe, d, d, True, "relu", x)[0],
-                   "The output of EncoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)")
+                   "The output of EncoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)",
+                   lambda: CATALOGUE.tried("encoder", pe, True, "relu", x))
     if reply["attrs"][0].get("self_attn.dropout") != p:
         t.fail(f"EncoderLayer(dropout={p}) builds its self_attn without that dropout (its attention weights are "
                f"never dropped): MultiHeadAttention(d_model, num_heads, dropout).", "attention_dropout_missing")
-    # Training mode, one sub-layer at a time: the attention sub-layer outputs a constant b (w_o = 0) ...
-    b = 1 + t.randn(d).abs()
-    for branch, zeroed in (("self-attention", "feed_forward"), ("feed-forward", "self_attn")):
-        q = dict(pe)
-        q.update({"self_attn.w_o.weight": torch.zeros(d, d), "self_attn.w_o.bias": torch.zeros(d),
-                  "feed_forward.linear2.weight": torch.zeros(d, d), "feed_forward.linear2.bias": torch.zeros(d)})
-        q["self_attn.w_o.bias" if branch == "self-attention" else "feed_forward.linear2.bias"] = b
-        out = run_layer(t, q, d, d, True, "relu", x, dropout=p, train=True)["outputs"][0]
-        _branch_check(t, f"EncoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", out - x, b, p)
-    # ... and the feed-forward's hidden dropout: with linear2 invertible, the hidden activations show.
+    # The feed-forward's hidden dropout: with linear2 invertible, the hidden activations show.
     ff = _sub(pe, "feed_forward")
     xf = t.randn(B, L, d)
+    evaluated = t.module("FeedForward", (d, d), {"dropout": p}, params=ff, dtype="float64",
+                         calls=[{"args": [xf], "seed": 3}])["outputs"][0]
+    t.expect_close(evaluated, _ffn(ff, xf, "relu"), "The output of FeedForward(dropout=0.5) in eval mode",
+                   lambda: CATALOGUE.tried("feed_forward", ff, xf, "relu"))
     out = t.module("FeedForward", (d, d), {"dropout": p}, params=ff, train=True, dtype="float64",
                    calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     if ((out == 0).double().mean().item() > 0.25):
@@ -565,6 +577,15 @@ def dropout(t: Tester):
     if not (0.25 < share < 0.75 and torch.allclose(hidden[live & ~zero], act[live & ~zero] / (1 - p), atol=1e-8)):
         t.fail("FeedForward(dropout=0.5) in training mode: dropout must act on the hidden activations (after the "
                "activation, before linear2), keeping the survivors scaled by 1 / (1 - p).", "ffn_dropout_misplaced")
+    # Training mode, one sub-layer at a time: it outputs a constant b (its last weight 0, its bias b).
+    b = 1 + t.randn(d).abs()
+    for branch, zeroed in (("self-attention", "feed_forward"), ("feed-forward", "self_attn")):
+        q = dict(pe)
+        q.update({"self_attn.w_o.weight": zeros(d, d), "self_attn.w_o.bias": zeros(d),
+                  "feed_forward.linear2.weight": zeros(d, d), "feed_forward.linear2.bias": zeros(d)})
+        q["self_attn.w_o.bias" if branch == "self-attention" else "feed_forward.linear2.bias"] = b
+        out = run_layer(t, q, d, d, True, "relu", x, dropout=p, train=True)["outputs"][0]
+        _branch_check(t, f"EncoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", out, x, b, p)
     # The decoder's three sub-layers (pre-LN), each on its own.
     pd = layer_params(t, d, d, True)
     memory = t.randn(B, L + 1, d)
@@ -572,10 +593,10 @@ def dropout(t: Tester):
                          ("feed-forward", "feed_forward.linear2.bias")):
         q = dict(pd)
         for name in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.linear2"):
-            q[f"{name}.weight"], q[f"{name}.bias"] = torch.zeros(d, d), torch.zeros(d)
+            q[f"{name}.weight"], q[f"{name}.bias"] = zeros(d, d), zeros(d)
         q[bias] = b
         reply = run_layer(t, q, d, d, True, "relu", x, memory, dropout=p, train=True, attrs=("cross_attn.dropout",))
-        _branch_check(t, f"DecoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", reply["outputs"][0] - x, b, p)
+        _branch_check(t, f"DecoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", reply["outputs"][0], x, b, p)
         if reply["attrs"][0].get("cross_attn.dropout") != p:
             t.fail(f"DecoderLayer(dropout={p}) builds its cross_attn without that dropout: "
                    f"MultiHeadAttention(d_model, num_heads, dropout).", "attention_dropout_missing")
@@ -619,16 +640,18 @@ def structure(t: Tester):
 def vectorization(t: Tester):
     d, d_ff = 8, 12
 
-    def count(B, L):
-        x, memory = t.randn(B, L, d), t.randn(B, L + 1, d)
-        p = layer_params(t, d, d_ff, True)
+    def count(decoder, B, L):
+        x, memory = t.randn(B, L, d), (t.randn(B, L + 1, d) if decoder else None)
+        p = layer_params(t, d, d_ff, decoder)
         reply = run_layer(t, p, d, d_ff, True, "relu", x, memory, record=True)
-        t.works(reply["outputs"][0], expected_layer(p, d, d_ff, True, "relu", x, memory)[0], "`DecoderLayer`")
+        t.works(reply["outputs"][0], expected_layer(p, d, d_ff, True, "relu", x, memory)[0],
+                f"`{'DecoderLayer' if decoder else 'EncoderLayer'}`")
         return reply["record"]["op_count"]
 
-    t.expect_constant_ops({"base": count(2, 3), "the batch grew from 2 to 5": count(5, 3),
-                           "the length grew from 3 to 7": count(2, 7)}, "base size", "DecoderLayer.forward",
-                          "Let each sub-layer work on the whole [B, L, d_model] tensor at once.")
+    for decoder, name in ((False, "EncoderLayer.forward"), (True, "DecoderLayer.forward")):
+        t.expect_constant_ops({"base": count(decoder, 2, 3), "the batch grew from 2 to 5": count(decoder, 5, 3),
+                               "the length grew from 3 to 7": count(decoder, 2, 7)}, "base size", name,
+                              "Let each sub-layer work on the whole [B, L, d_model] tensor at once.")
 
 
 @group("m3", "from_scratch", depends=PARTS, style=True)

@@ -63,15 +63,17 @@ class Catalogue:
 
 
     def raising(self, kind: str, error_type: str, message: str, *args, **kwargs) -> Mistake | None:
-        """The first entry of `kind` that raises the student's error (same type, same message) on the
-        same arguments: a student whose code fails exactly like that most likely made that mistake."""
+        """The entry of `kind` that raises the student's error (same type, same message) on the same
+        arguments: a student whose code fails exactly like that most likely made that mistake."""
+        found = {}
         for mistake, fn in self.entries.get(kind, []):
             try:
                 fn(*args, **kwargs)
             except Exception as e:
                 if same_error(e, error_type, message):
-                    return mistake
-        return None
+                    found[mistake.id] = mistake
+        # Two different mistakes failing the same way prove neither: name one only when it is alone.
+        return next(iter(found.values())) if len(found) == 1 else None
 
 
 def same_error(exc: BaseException, error_type: str, message: str) -> bool:
@@ -114,8 +116,9 @@ def lower_precision(actual: torch.Tensor, expected: torch.Tensor, inputs_dtype=N
     return None
 
 
-def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, rtol: float) -> bool:
-    """Does `variant` (what a mistake gives) reproduce `actual`, and differ from the right answer?"""
+def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, rtol: float, loose=True) -> bool:
+    """Does `variant` (what a mistake gives) reproduce `actual`, and differ from the right answer?
+    `loose`: to float32 accuracy at least (a student computing in float32 can still be recognised)."""
     if not isinstance(variant, torch.Tensor) or tuple(variant.shape) != tuple(actual.shape):
         return False
     v = variant.detach().to(torch.float64)
@@ -123,6 +126,8 @@ def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, 
     e = expected.to(torch.float64)
     if tuple(e.shape) == tuple(v.shape) and torch.allclose(v, e, atol=atol, rtol=rtol, equal_nan=True):
         return False          # the mistake gives the right answer here: it explains nothing
+    if not loose:
+        return torch.allclose(a, v, atol=atol, rtol=rtol, equal_nan=True)
     return torch.allclose(a, v, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True)
 
 

@@ -291,6 +291,11 @@ def op_call(req):
     return reply
 
 
+def _shared_modules(obj):
+    """Names of submodules that are a second reference to a module already seen under another name."""
+    return sorted(set(k for k, _ in obj.named_modules(remove_duplicate=False)) - set(k for k, _ in obj.named_modules()))
+
+
 def _attr(obj, dotted):
     """obj.a.b for "a.b"; None where a part is missing."""
     for part in dotted.split("."):
@@ -325,8 +330,7 @@ def op_module(req):
                                    if type(m).__module__.startswith("torch.")}),
              # every submodule by name, and the names that are a second reference to the same object
              "children": {k: type(m).__name__ for k, m in obj.named_modules(remove_duplicate=False) if k},
-             "shared": sorted(set(k for k, _ in obj.named_modules(remove_duplicate=False))
-                              - set(k for k, _ in obj.named_modules()))}
+             "shared": _shared_modules(obj)}
     try:
         if req.get("dtype") == "float64":
             obj.double()
@@ -334,6 +338,12 @@ def op_module(req):
         if given:
             own = dict(obj.named_parameters())
             missing = [k for k in given if k not in own]
+            shared = _shared_modules(obj)
+            reused = sorted({m for m in shared for k in missing if k.startswith(m + ".")})
+            if reused:
+                return {"ok": False, "kind": "shared", "type": "AttributeError",
+                        "message": f"{req['cls']}.{reused[0]} is the same module object as another submodule, so "
+                                   f"it has no weights of its own", "traceback": ""}
             if missing:
                 return {"ok": False, "kind": "params", "type": "AttributeError",
                         "message": f"{req['cls']} has no parameter(s) {', '.join(missing)}", "traceback": ""}
