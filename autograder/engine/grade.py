@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import time
 import traceback
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,44 +96,75 @@ def grade(path: Path | str, milestone_id: str, seed: int | None = None, course: 
           slot=None, sandbox: str = "auto") -> Result:
     """Grade the submission folder `path`. `slot`: a sandbox.Slot to run the code in (one is opened
     and closed here when None; `sandbox` then says which kind, "auto" being bubblewrap when it works)."""
-    course = course or config.load()
-    m = course.milestone(milestone_id)
-    seed = course.seed if seed is None else seed
-    with prepared(course, m, Path(path)) as (folder, graded):
-        if slot is None:
-            from .sandbox import open_slot
-            with open_slot(sandbox, course.startup_timeout) as own:
-                return _grade_prepared(course, m, seed, folder, graded, own)
-        return _grade_prepared(course, m, seed, folder, graded, slot)
+    with Grading(path, milestone_id, seed, course, slot, sandbox) as g:
+        return g.result()
 
 
-def _grade_prepared(course, m, seed, folder, graded, slot) -> Result:
-    groups = check_groups(m.id)
-    start = time.monotonic()
-    results: dict[str, CheckResult] = {}
-    references = tuple(Path(f.name).stem for f in graded if f.source != "yours")
-    pool = _WorkerPool(folder, slot, m.modules, references, m.probe_timeout)
-    session = Session(pool.get, m.probe_timeout, m.forbidden_for)
-    try:
-        for name in run_order(m.checks, groups):
-            points = m.checks[name]
-            if time.monotonic() - start > m.total_timeout:
-                results[name] = CheckResult(name, points, 0, f"Not run: grading stopped at the total time "
-                                                             f"limit of {m.total_timeout:g} s.")
-                continue
-            failed = {r.name for r in results.values() if not r.passed}
-            results[name] = _run_group(name, points, groups.get(name), groups, failed, session, m, seed)
-    finally:
-        pool.close()
-    ordered = [results[name] for name in m.checks]      # report order: course.yaml's
-    _name_causes_once(ordered)
-    notes = [slot.sandbox.note] if slot.sandbox.note else []
-    return Result(m.id, seed, ordered, graded, time.monotonic() - start, notes)
+class Grading:
+    """One submission being graded, group by group, in one sandboxed worker session.
+
+    `run(name)` grades a group (and first, silently, the groups it depends on: their outcome decides
+    its stand-ins) and returns its CheckResult; `result()` grades every group and gives the report.
+    `grade()` uses it whole; the pytest plugin (autograder/hidden) one group per test.
+    """
+
+    def __init__(self, path: Path | str, milestone_id: str, seed: int | None = None,
+                 course: config.Course | None = None, slot=None, sandbox: str = "auto"):
+        self.course = course or config.load()
+        self.m = self.course.milestone(milestone_id)
+        self.seed = self.course.seed if seed is None else seed
+        self.path, self.slot, self.sandbox = Path(path), slot, sandbox
+        self.results: dict[str, CheckResult] = {}
+        self._stack = ExitStack()
+
+    def __enter__(self):
+        try:
+            self.folder, self.graded = self._stack.enter_context(prepared(self.course, self.m, self.path))
+            if self.slot is None:
+                from .sandbox import open_slot
+                self.slot = self._stack.enter_context(open_slot(self.sandbox, self.course.startup_timeout))
+            self.groups = check_groups(self.m.id)
+            references = tuple(Path(f.name).stem for f in self.graded if f.source != "yours")
+            self.pool = _WorkerPool(self.folder, self.slot, self.m.modules, references, self.m.probe_timeout)
+            self._stack.callback(self.pool.close)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.session = Session(self.pool.get, self.m.probe_timeout, self.m.forbidden_for)
+        self.start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+        return False
+
+    def run(self, name: str) -> CheckResult:
+        for dep in run_order([name], self.groups, self.m.checks):
+            if dep not in self.results:
+                self.results[dep] = self._run(dep)
+        return self.results[name]
+
+    def _run(self, name: str) -> CheckResult:
+        points = self.m.checks[name]
+        if time.monotonic() - self.start > self.m.total_timeout:
+            return CheckResult(name, points, 0, f"Not run: grading stopped at the total time limit of "
+                                                f"{self.m.total_timeout:g} s.")
+        failed = {r.name for r in self.results.values() if not r.passed}
+        return _run_group(name, points, self.groups.get(name), self.groups, failed, self.session, self.m, self.seed)
+
+    def result(self) -> Result:
+        for name in self.m.checks:
+            self.run(name)
+        ordered = [self.results[name] for name in self.m.checks]      # report order: course.yaml's
+        _name_causes_once(ordered)
+        notes = [self.slot.sandbox.note] if self.slot.sandbox.note else []
+        return Result(self.m.id, self.seed, ordered, self.graded, time.monotonic() - self.start, notes)
 
 
-def run_order(names, groups: dict[str, Group]) -> list[str]:
-    """course.yaml's order, except that a group runs after the groups it depends on (their failure
-    decides which stand-ins it gets)."""
+def run_order(names, groups: dict[str, Group], known=None) -> list[str]:
+    """`names` in their order, each after the groups it depends on (their failure decides which
+    stand-ins it gets). `known`: every group of the milestone (default: `names`)."""
+    known = names if known is None else known
     done: list[str] = []
 
     def visit(name, path=()):
@@ -140,7 +172,7 @@ def run_order(names, groups: dict[str, Group]) -> list[str]:
             return
         spec = groups.get(name)
         for dep in (spec.depends if spec else ()):
-            if dep in names:
+            if dep in known:
                 visit(dep, path + (name,))
         done.append(name)
 
@@ -152,14 +184,18 @@ def run_order(names, groups: dict[str, Group]) -> list[str]:
 def _name_causes_once(results: list[CheckResult]) -> None:
     """A named cause is explained where it first appears in the report; later groups failing for
     the same cause say so in one line."""
-    first: dict[str, str] = {}
-    for r in results:
-        if r.passed or not r.cause:
-            continue
-        if r.cause in first:
-            r.message = f"Fails for the same reason as `{first[r.cause]}` above: {r.cause_text}"
-        else:
-            first[r.cause] = r.name
+    for i, r in enumerate(results):
+        line = same_reason(r, results[:i])
+        if line:
+            r.message = line
+
+
+def same_reason(result: CheckResult, earlier: list[CheckResult]) -> str | None:
+    """'Fails for the same reason as `X` above: ...' when an earlier failed group named the same cause."""
+    if result.passed or not result.cause:
+        return None
+    first = next((e for e in earlier if not e.passed and e.cause == result.cause), None)
+    return f"Fails for the same reason as `{first.name}` above: {result.cause_text}" if first else None
 
 
 def _patches(spec: Group, groups: dict[str, Group], failed: set[str]) -> dict[str, dict]:
