@@ -59,8 +59,8 @@ class Milestone:
     def max_score(self) -> int:
         return sum(self.checks.values())
 
-    def forbidden_for(self, function: str) -> tuple[str, ...]:
-        return tuple(n for f in self.forbidden if f.where in ("all", function) for n in f.names)
+    def forbidden_for(self, function: str) -> tuple[Forbidden, ...]:
+        return tuple(f for f in self.forbidden if f.where in ("all", function))
 
 
 @dataclass(frozen=True)

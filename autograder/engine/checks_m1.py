@@ -127,6 +127,15 @@ def _k_dot_t(q, k, v, mask=None, **_):
     return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
 
 
+@CATALOGUE.entry("attention", "transpose_1_2", "k.transpose(1, 2) swaps the last two dimensions only for 3-D "
+                 "inputs; use k.transpose(-2, -1), right for any number of leading dimensions.")
+def _transpose_1_2(q, k, v, mask=None, **_):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
+
+
 @CATALOGUE.entry("attention", "mask_unsqueezed", "a 3-D mask gets an extra dimension inside attention; masks "
                  "only have to broadcast to the scores, so leave the mask as it is given (a per-head mask "
                  "[H, Lq, Lk] then no longer lines up).")
@@ -154,6 +163,36 @@ def _softmax_ignores_dim(x, dim=-1):
 def _softmax_global_sum(x, dim=-1):
     e = torch.exp(x - x.amax())
     return e / e.sum()
+
+
+def _finite_or_zero(y):
+    return torch.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@CATALOGUE.entry("softmax", "softmax_overflow", "exp of a large score overflows to inf (exp(710) in float64, "
+                 "exp(89) in float32), and inf / inf is NaN: subtract each slice's max before exp "
+                 "(softmax(x) == softmax(x - max)).")
+def _softmax_naive(x, dim=-1):
+    e = torch.exp(x)
+    return _finite_or_zero(e / e.sum(dim, keepdim=True))
+
+
+@CATALOGUE.entry("softmax", "softmax_global_max", "one max of the whole tensor is subtracted; subtract each "
+                 "slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global "
+                 "max underflow to 0.")
+def _softmax_global_max(x, dim=-1):
+    e = torch.exp(x - x.amax())
+    s = e.sum(dim, keepdim=True)
+    return torch.where(s > 0, e / s, torch.zeros_like(e))
+
+
+@CATALOGUE.entry("softmax", "softmax_sum_wrong_dim", "the max is taken along `dim` but the sum along the last "
+                 "dimension: every reduction must use dim=dim.")
+def _softmax_sum_last(x, dim=-1):
+    if dim in (-1, x.dim() - 1):
+        return None
+    e = torch.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
 
 
 def output_not_from_weights(out, w, v):
@@ -270,12 +309,20 @@ def softmax_values(t: Tester):
                "softmax_nan_blocked_row")
     t.expect_close(got, torch.nan_to_num(torch.softmax(blocked, -1), nan=0.0),
                    "`softmax` of [[0.5, -inf, 1.5, -inf], [-inf, -inf, -inf, -inf]]")
+    x32 = t.randn(2, 5, dtype=torch.float32)
+    got = t.call("softmax", x32)["value"]
+    t.expect_close(got, torch.softmax(x32, -1), "`softmax` of a float32 tensor [2, 5]")
+    if got.dtype != torch.float32:
+        t.fail(f"`softmax` of a float32 tensor returns {describe(got)}: keep the input's dtype (a float64 tensor "
+               f"created inside, or .double(), changes it).", "dtype_changed")
 
 
 @group("m1", "mask_helpers", provides=("padding_mask", "causal_mask"))
 def mask_helpers(t: Tester):
     for pad_id in (0, 3):
-        tokens = t.randint(4, 9, (3, 6))
+        tokens = t.randint(0, 9, (3, 6))                 # real tokens above and below pad_id
+        tokens[tokens == pad_id] = 8
+        tokens[0, :2] = torch.tensor([1, 7])
         tokens[0, 4:] = pad_id
         tokens[1, 1:] = pad_id
         got = t.call("padding_mask", tokens, pad_id)["value"]
@@ -295,6 +342,10 @@ def mask_helpers(t: Tester):
         if torch.equal(got, ~want):
             t.fail(f"{what} is inverted: it must be True where the token is real (tokens != pad_id).",
                    "padding_mask_inverted")
+        for wrong in ((tokens > pad_id), (tokens >= pad_id), (tokens < pad_id)):
+            if torch.equal(got, wrong.unsqueeze(1)) and not torch.equal(got, want):
+                t.fail(f"{what} compares the ids with <, > or >=: a token id below (or above) pad_id is a real "
+                       f"token too. Use tokens != pad_id.", "padding_compare")
         if not torch.equal(got, want):
             t.fail(f"{what} gives the wrong values: expected True exactly where tokens != pad_id.")
     for size in (1, 5):
@@ -388,17 +439,26 @@ def parity(t: Tester):
 def stability(t: Tester):
     overflow = ("exp of a large score overflows to inf (exp(710) in float64, exp(89) in float32): subtract "
                 "each slice's max before exp (softmax(x) == softmax(x - max)).")
+    # Rows whose maxima are 10 apart: a correct softmax and a global-max shift both pass; a global sum does not.
+    near = t.randn(2, 6) + torch.tensor([[0.0], [10.0]], dtype=torch.float64)
+    got = t.call("softmax", near)["value"]
+    t.expect_close(got, torch.softmax(near, -1), "`softmax` of rows whose largest entries are 10 apart",
+                   lambda: CATALOGUE.tried("softmax", near))
+    # Mistakes that would have failed that probe are not candidates below (evidence, not guesswork).
+    ruled_out = {m.id for m, v in CATALOGUE.tried("softmax", near) if not t.close(v, torch.softmax(near, -1))}
     x = t.randn(2, 6, scale=1e4)
     got = t.expect_tensor(t.call("softmax", x)["value"], "`softmax` of logits around 1e4", shape=x.shape)
     if not torch.isfinite(got).all():
         t.fail(f"`softmax` of logits around 1e4 gives inf or NaN. Likely cause: {overflow}", "softmax_overflow")
-    t.expect_close(got, torch.softmax(x, -1), "`softmax` of logits around 1e4")
+    t.expect_close(got, torch.softmax(x, -1), "`softmax` of logits around 1e4",
+                   lambda: [(m, v) for m, v in CATALOGUE.tried("softmax", x) if m.id not in ruled_out])
     x32 = t.randn(2, 6, dtype=torch.float32, scale=300.0)
     got = t.expect_tensor(t.call("softmax", x32)["value"], "`softmax` of float32 logits around 300", shape=x32.shape)
     if not torch.isfinite(got).all():
         t.fail(f"`softmax` of float32 logits around 300 gives inf or NaN. Likely cause: {overflow}",
                "softmax_overflow")
-    t.expect_close(got, torch.softmax(x32, -1), "`softmax` of float32 logits around 300")
+    t.expect_close(got, torch.softmax(x32, -1), "`softmax` of float32 logits around 300",
+                   lambda: CATALOGUE.tried("softmax", x32))
     q, k, v = attention_inputs(t, (2,), 4, 5, 4, 3, scale=100.0)     # scores around 1e4
     got = run_attention(t, q, k, v)
     for name, value in (("output", got[0]), ("weights", got[1])):
@@ -426,8 +486,8 @@ def gradients(t: Tester):
     tried = functools.cache(lambda: [(m, _grads(fn, (q, k, v), mask, g)) for m, fn in CATALOGUE.entries["attention"]])
     for i, (name, got) in enumerate(zip("qkv", reply["grads"])):
         if got is None:
-            t.fail(f"No gradient reached `{name}`: the output does not depend on it through torch operations.",
-                   "graph_cut")
+            t.fail(f"No gradient reached `{name}`: the path from {name} to the output is cut somewhere (.detach(), "
+                   f".data, torch.no_grad(), .item() or .numpy() between them).", "graph_cut")
         t.expect_close(got, want[i], f"The gradient of the attention output with respect to {name}",
                        lambda i=i: [(m, gr[i]) for m, gr in tried() if gr is not None])
 
@@ -516,13 +576,24 @@ def dtype_inplace(t: Tester):
 
 @group("m1", "dropout", depends=ATTENTION_GROUPS)
 def dropout(t: Tester):
-    p = 0.5
-    q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6)              # 512 weights
+    for p, dtype in ((0.5, torch.float64), (0.2, torch.float64), (0.3, torch.float32)):
+        check_dropout(t, p, dtype)
+    q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6)
+    out0, w0, what0 = run_attention(t, q, k, v, dropout_p=0.0, what=f"`{SDPA}(q, k, v, dropout_p=0.0)`")
+    check_attention(t, q, k, v, label="dropout_p=0.0", got=(out0, w0, what0))
+
+
+def check_dropout(t: Tester, p, dtype):
+    q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6, dtype=dtype)   # 512 weights
     exp_out, exp_w = expected_attention(q, k, v)
-    out, w, what = run_attention(t, q, k, v, dropout_p=p, seed=5,
-                                 what=f"`{SDPA}(q, k, v, dropout_p={p})`")
+    what = f"`{SDPA}(q, k, v, dropout_p={p})` ({str(dtype).replace('torch.', '')})"
+    out, w, what = run_attention(t, q, k, v, dropout_p=p, seed=5, what=what)
     w = t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
     t.expect_tensor(out, f"The output from {what}", shape=exp_out.shape)
+    for name, value in (("output", out), ("weights", w)):
+        if value.dtype != dtype:
+            t.fail(f"The {name} from {what} has dtype {str(value.dtype).replace('torch.', '')}: keep the inputs' "
+                   f"dtype (a dropout mask or tensor of another dtype changes it).", "dtype_changed")
     # First: the weights returned must be those the output was made with (at the output's precision).
     mistake = output_not_from_weights(out, w, v)
     if mistake is not None:
@@ -530,18 +601,26 @@ def dropout(t: Tester):
                f"{mistake.text}", mistake.id, mistake.text)
     dropped = (w == 0)
     share = dropped.double().mean().item()
+    if share == 0 and not t.close(w, exp_w) and torch.allclose(w.sum(-1).double(), torch.ones(w.shape[:-1],
+                                                                dtype=torch.float64), atol=1e-5):
+        t.fail(f"The weights from {what} still sum to 1 in every row and none is exactly 0, although they differ "
+               f"from the weights without dropout: dropout seems to act on the scores, before the softmax. Apply it "
+               f"to the weights, after the softmax.", "dropout_before_softmax")
     if share == 0 and t.close(w, exp_w):
         t.fail(f"{what} returns the weights without dropout: `dropout_p` is ignored. Drop each attention "
                f"weight with probability dropout_p (torch.nn.functional.dropout(weights, p=dropout_p)).",
                "dropout_ignored")
-    if share < 0.3 or share > 0.7:
+    if abs(share - (1 - p)) < 0.1 and abs(share - p) > 0.15:
+        t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0: dropout_p is the probability of "
+               f"dropping a weight, not of keeping it.", "dropout_keep_probability")
+    if abs(share - p) > 0.15:
         t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0; about {p:.0%} should be: "
                f"drop each attention weight with probability dropout_p (for example with "
                f"torch.nn.functional.dropout(weights, p=dropout_p)).")
     kept = ~dropped
     t.expect_close(w[kept].to(exp_w.dtype), exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
         (Mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
-                 "so the expected output is unchanged (F.dropout does this)."), exp_w[kept])] + [
+                 "so the expected output is unchanged (F.dropout does this)."), exp_w[kept]),
+        (Mistake("dropout_rescale_by_p", "the weights that survive dropout must be divided by (1 - dropout_p), "
+                 "the probability of keeping them, not by dropout_p."), exp_w[kept] / p)] + [
         (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])
-    out0, w0, what0 = run_attention(t, q, k, v, dropout_p=0.0, what=f"`{SDPA}(q, k, v, dropout_p=0.0)`")
-    check_attention(t, q, k, v, label="dropout_p=0.0", got=(out0, w0, what0))

@@ -16,6 +16,7 @@ from torch import nn
 
 from .checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
 from .checks_m1 import _weights as attention_weights
+from . import diagnosis
 from .diagnosis import Catalogue, Mistake
 
 MHA = "MultiHeadAttention"
@@ -246,6 +247,11 @@ def stored_weights(t: Tester, got, want_w, what):
         t.fail("`self.attn_weights` is None after a forward pass: store the per-head weights "
                "[B, H, Lq, Lk] (detached) in forward.", "weights_not_stored")
     B, H, Lq, Lk = want_w.shape
+    if isinstance(got, torch.Tensor) and got.dim() == 4 and tuple(got.shape) != tuple(want_w.shape) \
+            and (got.shape[0], got.shape[2], got.shape[3]) == (B, Lq, Lk):
+        t.fail(f"`self.attn_weights` after {what} has {got.shape[1]} heads, but num_heads is {H}: the heads are "
+               f"split into the wrong number of pieces (split_heads takes num_heads, and d_k = d_model // "
+               f"num_heads).", "wrong_head_count")
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, Lq, Lk):
         t.fail(f"`self.attn_weights` after {what} has shape {shape_str(got.shape)}: these look like weights "
                f"averaged over heads (or of one head); keep every head: [B, H, Lq, Lk] = "
@@ -261,8 +267,15 @@ def shapes(t: Tester):
     for B, Lq, Lk, d_model, heads in ((3, 5, 5, 8, 2), (2, 4, 6, 8, 4), (3, 1, 7, 12, 3), (2, 3, 3, 8, 8),
                                       (2, 5, 4, 6, 1)):
         q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
-        reply, want_w, what, _ = check_parity(t, d_model, heads, q, k, v, None, "no mask")
-        stored_weights(t, reply["attrs"][0]["attn_weights"], want_w, what)
+        params = random_params(t, d_model)
+        reply = run_mha(t, d_model, heads, q, k, v, params=params)
+        what = describe_call(d_model, heads, q, k, "no mask")
+        want, want_w, _ = reference_mha(params, d_model, heads, q, k, v)
+        stored_weights(t, reply["attrs"][0]["attn_weights"], want_w, what)      # the head layout first
+        t.expect_close(t.expect_tensor(reply["outputs"][0], f"The output of {what}", shape=want.shape), want,
+                       f"The output of {what}", lambda: [(m, val[0]) for m, val in
+                                                         CATALOGUE.tried("mha", params, heads, q, k, v)],
+                       probes=[never_used(t, d_model, heads, q, k, v, None, params)])
     # Inputs must come back as they went in (a mask.unsqueeze_ would change the caller's mask).
     q, kv = t.randn(3, 4, 8), t.randn(3, 6, 8)
     for mask, label in ((torch.ones(3, 1, 6, dtype=torch.bool), "padding mask [3, 1, 6]"),
@@ -324,9 +337,14 @@ def head_weights(t: Tester):
     q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
     pad = torch.ones(B, 1, Lk, dtype=torch.bool)
     pad[1, :, 3:] = False
-    reply, want_w, what, tried = check_parity(t, d_model, H, q, k, v, pad, "a padding mask")
+    params = random_params(t, d_model)
+    what = describe_call(d_model, H, q, k, "a padding mask")
+    reply = run_mha(t, d_model, H, q, k, v, pad, params=params)
+    _, want_w, _ = reference_mha(params, d_model, H, q, k, v, pad)
     got = stored_weights(t, reply["attrs"][0]["attn_weights"], want_w, what)
-    t.expect_close(got, want_w, f"`self.attn_weights` after {what}", lambda: [(m, val[1]) for m, val in tried()])
+    # Only the weights are judged here (a mistake in the values or in w_o cannot change them).
+    t.expect_close(got, want_w, f"`self.attn_weights` after {what}",
+                   lambda: [(m, val[1]) for m, val in CATALOGUE.tried("mha", params, H, q, k, v, pad)])
     g = t.randn(B, Lq, d_model)
     reply = run_mha(t, d_model, H, q, k, v, pad, backward=[g])
     if reply["attrs_require_grad"][0].get("attn_weights"):
@@ -343,6 +361,11 @@ def dropout(t: Tester):
     want, _, _ = reference_mha(params, d_model, H, q, q, q)
     what = "MultiHeadAttention(d_model=8, num_heads=2, dropout=0.5)"
     tried = lambda: [(m, val[0]) for m, val in CATALOGUE.tried("mha", params, H, q, q, q)]  # noqa: E731
+    plain = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, calls=2)["outputs"]
+    if all(isinstance(o, torch.Tensor) for o in plain) and not torch.equal(*plain):
+        t.fail("MultiHeadAttention(dropout=0.0) gives different outputs for the same input in eval mode, so "
+               "something random happens in forward besides dropout (a layer or tensor created inside forward?): "
+               "create every layer in __init__.", "random_forward")
     ev = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, calls=2)
     a, b = ev["outputs"]
     t.expect_tensor(a, f"The output of {what} in eval mode", shape=want.shape)
@@ -365,6 +388,11 @@ def dropout(t: Tester):
                f"scaled_dot_product_attention), not to the output, and store the weights it returns.",
                "dropout_not_on_weights")
     tr0 = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, train=True)
+    w0 = tr0["attrs"][0]["attn_weights"]
+    if isinstance(w0, torch.Tensor) and (w0 == 0).double().mean().item() > 0.5:
+        t.fail("MultiHeadAttention(dropout=0.0) in training mode drops most attention weights: `dropout` is the "
+               "probability of dropping a weight; it seems to be passed as a keep probability (1 - dropout).",
+               "dropout_keep_probability")
     t.expect_close(tr0["outputs"][0], want, "The output of MultiHeadAttention(dropout=0.0) in training mode", tried)
 
 
@@ -384,6 +412,9 @@ def gradients(t: Tester):
                    lambda: [(m, val[0]) for m, val in CATALOGUE.tried("mha", params, H, q, k, v)],
                    probes=[never_used(t, d_model, H, q, k, v, None, params)])
     inputs = dict(zip(("query", "key", "value"), reply.get("input_grads") or [None] * 3))
+    if all(g_ is None for g_ in inputs.values()):
+        t.fail("No gradient reaches the query, key or value inputs of forward: the computation is cut from them "
+               "(torch.no_grad(), .detach(), .data or .numpy() on the way).", "graph_cut")
     for name in ("query", "key", "value"):
         w = want.pop(name)
         if inputs[name] is None:
@@ -428,6 +459,16 @@ def from_scratch(t: Tester):
 
 @group("m2", "init_errors", depends=HELPERS, style=True)
 def init_errors(t: Tester):
+    for d_model, heads in ((8, 2), (12, 3), (6, 1)):
+        reply = t.module(MHA, (d_model, heads), allow_error=True)
+        if reply.get("kind") == "constructor" and reply.get("type") == "ValueError":
+            t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) raised ValueError: "
+                   f"{reply.get('message')}, but {d_model} is divisible by {heads}: raise only when "
+                   f"d_model % num_heads != 0.", "valid_config_rejected")
+        if reply.get("kind") == "constructor":
+            t.fail(f"Creating MultiHeadAttention(d_model={d_model}, num_heads={heads}) raised {reply.get('type')}: "
+                   f"{reply.get('message')}" + (f" Likely cause: {m.text}" if (m := diagnosis.error_cause(
+                       reply.get("message"))) else ""), m.id if m else None)
     for d_model, heads in ((10, 3), (8, 3)):
         reply = t.module(MHA, (d_model, heads), allow_error=True)
         if reply.get("ok"):
@@ -439,6 +480,10 @@ def init_errors(t: Tester):
         if reply.get("type") != "ValueError":
             t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError, "
                    f"but it raised {reply.get('type')}: {reply.get('message')}", "wrong_exception")
+        if str(d_model) not in str(reply.get("message")) or str(heads) not in str(reply.get("message")):
+            t.fail(f"The ValueError of MultiHeadAttention(d_model={d_model}, num_heads={heads}) should give both "
+                   f"numbers, so the caller sees what to change; it says: {reply.get('message')!r}.",
+                   "error_without_numbers")
     for bias in (True, False):
         reply = t.module(MHA, (8, 2), {"bias": bias})
         names = {f"{p}.weight" for p in PROJECTIONS} | ({f"{p}.bias" for p in PROJECTIONS} if bias else set())

@@ -144,8 +144,22 @@ ERROR_PATTERNS = [
      Mistake("view_after_transpose", ".view() after .transpose() needs a contiguous tensor: use .reshape(...) or "
              ".contiguous().view(...).")),
     (r"(expected (scalar type|m1 and m2 to have the same dtype)|found dtype \w+ but expected)",
-     Mistake("dtype_mismatch", "two tensors of different dtypes meet (float32 and float64): create every "
-             "tensor with the input's dtype (dtype=x.dtype), never a default float32 one.")),
+     Mistake("dtype_mismatch", "two tensors of different dtypes meet (float32 and float64): a tensor created "
+             "or converted inside your code has another dtype than the inputs; create new tensors with the "
+             "input's dtype (dtype=x.dtype) and do not convert with .float() / .double().")),
+    (r"The shape of the mask \[.*\] at index \d+ does not match the shape of the indexed tensor",
+     Mistake("bool_index_mask", "indexing with a boolean mask (scores[~mask] = ...) does not broadcast the mask: "
+             "use scores.masked_fill(~mask, float('-inf')), which does.")),
+    (r"shape '\[.*\]' is invalid for input of size \d+",
+     Mistake("reshape_wrong_size", "a reshape/view asks for a shape with another number of elements than the "
+             "tensor has: take each tensor's sizes from that tensor (for example the key's length for keys and "
+             "values, which can differ from the query's length).")),
+    (r"(must be tuple of ints, but found element of type float|got float|expected int.*float)",
+     Mistake("float_size", "a size is a float (for example d_model / num_heads): use integer division, "
+             "d_model // num_heads.")),
+    (r"cannot assign module before Module.__init__\(\) call",
+     Mistake("super_init_late", "super().__init__() must run first in __init__, before any submodule or "
+             "parameter is created.")),
     (r"Expected all tensors to be on the same device",
      Mistake("device_mismatch", "tensors on different devices meet: create new tensors on the input's device "
              "(device=x.device).")),

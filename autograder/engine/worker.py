@@ -291,6 +291,14 @@ def op_call(req):
     return reply
 
 
+def _same_object(named):
+    """Group the names of (name, object) pairs by object identity."""
+    groups = {}
+    for name, value in named:
+        groups.setdefault(id(value), []).append(name)
+    return list(groups.values())
+
+
 def _shared_modules(obj):
     """Names of submodules that are a second reference to a module already seen under another name."""
     return sorted(set(k for k, _ in obj.named_modules(remove_duplicate=False)) - set(k for k, _ in obj.named_modules()))
@@ -322,9 +330,14 @@ def op_module(req):
     if not isinstance(obj, torch.nn.Module):
         return {"ok": False, "kind": "exception", "type": "TypeError",
                 "message": f"{req['cls']} is not a torch.nn.Module", "traceback": ""}
+    unique = dict(obj.named_parameters())
+    everyone = list(obj.named_parameters(remove_duplicate=False))
     reply = {"ok": True,
-             "params": {k: plain(v) for k, v in obj.named_parameters()},
-             "buffers": {k: plain(v) for k, v in obj.named_buffers()} if req.get("buffers") else None,
+             # values, or only shapes (a model of 100M parameters must not cross the pipe)
+             "params": {k: plain(v) if req.get("param_values", True) else list(v.shape) for k, v in unique.items()},
+             "param_count": sum(v.numel() for v in unique.values()),
+             # names that are one and the same Parameter object (weight tying), in groups
+             "tied": [names for names in _same_object(everyone) if len(names) > 1],
              # PyTorch's own module classes in use, as "nn.<Name>" (the student's own classes are not listed)
              "submodules": sorted({f"nn.{type(m).__name__}" for m in obj.modules()
                                    if type(m).__module__.startswith("torch.")}),
@@ -354,6 +367,21 @@ def op_module(req):
                                 "message": f"parameter {k} has shape {tuple(own[k].shape)}, expected {tuple(v.shape)}",
                                 "traceback": ""}
                     own[k].copy_(v)
+        buffers_in = req.get("buffers_in") or {}
+        if buffers_in:
+            owned = dict(obj.named_buffers())
+            absent = [k for k in buffers_in if k not in owned]
+            if absent:
+                return {"ok": False, "kind": "params", "type": "AttributeError",
+                        "message": f"{req['cls']} has no buffer(s) {', '.join(absent)}", "traceback": ""}
+            with torch.no_grad():
+                for k, v in buffers_in.items():
+                    if owned[k].shape != v.shape:
+                        return {"ok": False, "kind": "exception", "type": "ValueError",
+                                "message": f"buffer {k} has shape {tuple(owned[k].shape)}, expected {tuple(v.shape)}",
+                                "traceback": ""}
+                    owned[k].copy_(v)
+        reply["buffers"] = {k: plain(v) for k, v in obj.named_buffers()} if req.get("buffers") else None
         obj.train(bool(req.get("train", False)))
         outputs, attrs, attrs_grad, args_after = [], [], [], []
         want_grad = req.get("backward") is not None
@@ -365,8 +393,9 @@ def op_module(req):
             if want_grad:   # input gradients too (e.g. does the key input get one?)
                 args = [a.clone().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
                         else a for a in args]
+            target = getattr(obj, call["method"]) if call.get("method") else obj
             with torch.set_grad_enabled(want_grad), rec:
-                out = obj(*args, **call.get("kwargs", {}))
+                out = target(*args, **call.get("kwargs", {}))
             outputs.append(out)
             values = {a: _attr(obj, a) for a in req.get("attrs", [])}
             attrs.append({a: plain(v) for a, v in values.items()})

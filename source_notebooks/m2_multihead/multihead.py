@@ -40,7 +40,7 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four nn.Linear(d_model, d_model) projections have a bias.
 
     Raises:
-        ValueError: if d_model is not divisible by num_heads.
+        ValueError: if d_model is not divisible by num_heads; the message gives both numbers.
     """
 
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):

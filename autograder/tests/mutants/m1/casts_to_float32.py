@@ -2,7 +2,7 @@
 (and the output comes back float32).
 
 CATCHES: shapes, masking, parity, gradients, vectorization, from_scratch, dropout
-DIAGNOSIS: lower_precision
+DIAGNOSIS: lower_precision, dtype_changed
 """
 import math
 

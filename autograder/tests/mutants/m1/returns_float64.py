@@ -1,6 +1,6 @@
 """Mistake: attention casts q, k, v to float64 "for accuracy" and returns float64 for float32 input.
 
-CATCHES: dtype_inplace
+CATCHES: dtype_inplace, dropout
 DIAGNOSIS: dtype_changed
 """
 

@@ -1,6 +1,6 @@
 """Mistake: w_o is created but never applied: forward returns the merged heads directly.
 
-CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: shapes, parity, dropout, gradients, vectorization, from_scratch, init_errors
 DIAGNOSIS: no_output_projection
 """
 import torch

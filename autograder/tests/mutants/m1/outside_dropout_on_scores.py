@@ -1,0 +1,42 @@
+"""Written blind by an outside tester (from the student folder only): Applies dropout to the scores before the softmax instead of to the weights.
+
+CATCHES: dropout
+DIAGNOSIS: dropout_before_softmax
+"""
+"""Milestone 1: scaled dot-product attention and masks."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def softmax(x, dim=-1):
+    """Numerically stable softmax of `x` along `dim` (all -inf slices give zeros)."""
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)   # all -inf slice: shift by 0
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
+    """softmax(q k^T / sqrt(d_k)) v with an optional bool mask (True = may attend)."""
+    d_k = q.shape[-1]
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)
+    if dropout_p > 0.0:
+        scores = F.dropout(scores, p=dropout_p, training=True)
+    if mask is not None:
+        scores = scores.masked_fill(mask == False, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    output = torch.matmul(weights, v)
+    return output, weights
+
+
+def padding_mask(tokens, pad_id):
+    """[B, L] token ids -> [B, 1, L] bool, True for real tokens."""
+    return (tokens != pad_id).unsqueeze(1)
+
+
+def causal_mask(size, device=None):
+    """[L, L] bool, True on and below the diagonal."""
+    return torch.tril(torch.ones(size, size, dtype=torch.bool, device=device))

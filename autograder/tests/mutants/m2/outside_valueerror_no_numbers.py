@@ -1,0 +1,54 @@
+"""Written blind by an outside tester (from the student folder only): Raises ValueError with a message that does not give the two numbers (the stub asks for both).
+
+CATCHES: init_errors
+DIAGNOSIS: error_without_numbers
+"""
+"""Milestone 2: multi-head attention."""
+import math
+
+import torch
+from torch import nn
+
+from attention import scaled_dot_product_attention
+
+
+def split_heads(x, num_heads):
+    """[B, L, d_model] -> [B, H, L, d_k]."""
+    B, L, d_model = x.shape
+    d_k = d_model // num_heads
+    return x.view(B, L, num_heads, d_k).transpose(1, 2)
+
+
+def merge_heads(x):
+    """[B, H, L, d_k] -> [B, L, H*d_k]."""
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * d_k)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with projections w_q, w_k, w_v, w_o."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("bad number of heads")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_k = d_model // num_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.attn_weights = None
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.w_q(query), self.num_heads)
+        k = split_heads(self.w_k(key), self.num_heads)
+        v = split_heads(self.w_v(value), self.num_heads)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)                  # [B, 1, Lq or 1, Lk]
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
+        self.attn_weights = weights.detach()
+        return self.w_o(merge_heads(out))
