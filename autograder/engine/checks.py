@@ -205,8 +205,8 @@ class Tester:
         if shape is not None and tuple(value.shape) != tuple(shape):
             self.fail(f"{what} should have shape {shape_str(shape)}, but it has shape {shape_str(value.shape)}.")
         if dtype is not None and value.dtype != dtype:
-            self.fail(f"{what} should have dtype {dtype_str(dtype)}, but it has dtype {dtype_str(value.dtype)}.",
-                      "lower_precision" if dtype == torch.float64 else None)
+            self.fail(f"{what} should have dtype {dtype_str(dtype)}, but it has dtype {dtype_str(value.dtype)}: keep "
+                      f"the input's dtype.", "lower_precision" if dtype == torch.float64 else "dtype_changed")
         return value
 
     def expect_pair(self, value, what: str, names="(output, weights)") -> tuple:

@@ -122,6 +122,7 @@ def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=
 # ---- the catalogue: the layers written out, with one known mistake at a time ------------------
 
 def _ln(x, w, b, eps=1e-5, *, unbiased=False, eps_outside=False, dims=(-1,), affine="right"):
+    dims = tuple(range(x.dim())) if dims == "all" else dims
     mean = x.mean(dim=dims, keepdim=True)
     var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
     x_hat = (x - mean) / (var.sqrt() + eps if eps_outside else torch.sqrt(var + eps))
@@ -141,13 +142,17 @@ LN_MISTAKES = {
                                  "position's features only: mean and variance over dim=-1.", {"dims": (-2, -1)}),
     "normalises_dim_1": ("the statistics run over dim 1; they must run over the last dimension (dim=-1), "
                          "whatever the number of leading dimensions.", {"dims": (1,)}),
+    "normalises_whole_tensor": ("one mean and variance are taken over the whole tensor; each position needs its "
+                                "own, over its features: mean and variance over dim=-1 (keepdim=True).",
+                                {"dims": "all"}),
     "weight_bias_swapped": ("weight and bias are swapped: y = x_hat * weight + bias.", {"affine": "swapped"}),
     "affine_ignored": ("the learned weight and bias are not applied: y = x_hat * weight + bias.",
                        {"affine": "none"}),
 }
 for _id, (_text, _dev) in LN_MISTAKES.items():
     CATALOGUE.entry("layer_norm", _id, _text)(
-        lambda x, w, b, _dev=_dev: _ln(x, w, b, **_dev) if max(map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
+        lambda x, w, b, _dev=_dev: _ln(x, w, b, **_dev) if _dev.get("dims") == "all" or max(
+            map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
 
 
 def _ffn(p, x, activation, *, act_after=False, no_act=False, act_swap=False, tanh_gelu=False):
@@ -180,7 +185,8 @@ def _attn(p, prefix, q, k, v, mask):
 
 def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, *, residual_from_norm=False,
              norm_on_branch=False, invert=False, swap_norms=False, cross_kv_from_x=False, cross_q_from_memory=False,
-             masks_swapped=False, tgt_mask_ignored=False, norm_memory=False, auto_causal=False):
+             masks_swapped=False, tgt_mask_ignored=False, norm_memory=False, auto_causal=False,
+             src_mask_ignored=False):
     """An encoder (memory None) or decoder layer computed the right way, or with one deviation."""
     decoder = memory is not None
     norm_first = (not norm_first) if invert else norm_first
@@ -192,6 +198,10 @@ def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=
         src_mask, tgt_mask = tgt_mask, src_mask
     if decoder and tgt_mask_ignored:
         tgt_mask = None
+    if src_mask_ignored:
+        if src_mask is None:
+            return None
+        src_mask = None
     if decoder and auto_causal:
         if tgt_mask is not None:
             return None
@@ -229,6 +239,9 @@ LAYER_MISTAKES = {
                                "not x + norm(sublayer(x)).", {"norm_on_branch": True}, "post"),
     "norm_first_ignored": ("norm_first is not followed: norm_first=True is pre-LN (normalise before each "
                            "sub-layer), False is post-LN (normalise after the residual add).", {"invert": True}, None),
+    "src_mask_ignored": ("src_mask is not passed on: the attention to the source must get it "
+                         "(encoder: self_attn(..., src_mask); decoder: cross_attn(..., src_mask)).",
+                         {"src_mask_ignored": True}, None),
     "norms_swapped": ("two norms are swapped: each sub-layer has its own norm (encoder: norm1 attention, norm2 "
                       "feed-forward; decoder: norm1 self-attention, norm2 cross-attention, norm3 feed-forward).",
                       {"swap_norms": True}, None),
@@ -381,7 +394,7 @@ def layer_norm(t: Tester):
             t.fail(f"LayerNorm({d}).{name} should start as {'ones' if name == 'weight' else 'zeros'}, like "
                    f"nn.LayerNorm's.", "layer_norm_init")
     # A large mean with a tiny spread shows where eps goes (float64 only: float32 cannot resolve it).
-    cases = [((5, d), 1.0, 0.0, torch.float64), ((2, 3, d), 1.0, 0.0, torch.float64),
+    cases = [((2, 3, d), 1.0, 0.0, torch.float64), ((5, d), 1.0, 0.0, torch.float64),
              ((2, 3, 4, d), 1.0, 0.0, torch.float64), ((3, 4, d), 1e-3, 100.0, torch.float64),
              ((3, 4, d), 1.0, 0.0, torch.float32), ((2, 5, d), 0.1, 1.0, torch.float32)]
     for shape, spread, mean, dtype in cases:
@@ -540,6 +553,37 @@ def _branch_check(t: Tester, what, out, x, branch, p):
            f"entries 0) and the rest divided by 1 - p, then added to x; this layer's output does not fit that.")
 
 
+def _through_norms(z, norm_weights):
+    for w, b in norm_weights:
+        z = _ln(z, w, b)
+    return z
+
+
+def _post_ln_stream_check(t: Tester, what, trained, evaluated):
+    """Post-LN, every sub-layer outputting exactly 0: with dropout on the sub-layer outputs only, nothing
+    random can reach the output, so training mode must give exactly the eval-mode output."""
+    if not torch.allclose(trained, evaluated, atol=1e-9):
+        t.fail(f"{what}: with every sub-layer's output 0, training mode still changes the output, so dropout acts "
+               f"on the residual stream itself (for example norm(drop(x + sublayer(x)))); it belongs on the "
+               f"sub-layer's output only: norm(x + drop(sublayer(x))).", "dropout_on_residual_sum")
+
+
+def _post_ln_branch_check(t: Tester, what, out, x, branch, p, norm_weights):
+    """Post-LN with one live sub-layer outputting the constant `branch`: each position's output is the norms
+    applied to x + m * branch / (1 - p) for some 0/1 mask m; there are few masks (2^d_model): try them all."""
+    d = x.size(-1)
+    masks = torch.tensor([[(k >> j) & 1 for j in range(d)] for k in range(2 ** d)], dtype=torch.float64)
+    if torch.allclose(out, _through_norms(x + branch, norm_weights), atol=1e-7):
+        t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
+               f"the layer's dropout to each sub-layer's output before adding it: norm(x + drop(sublayer(x))).",
+               "no_residual_dropout")
+    for xi, yi in zip(x.reshape(-1, d), out.reshape(-1, d)):
+        cand = _through_norms(xi + masks * branch / (1 - p), norm_weights)           # [2^d, d]
+        if not ((cand - yi).abs().amax(-1) < 1e-7).any():
+            t.fail(f"{what}: in training mode (dropout=0.5) the output is not norm(x + drop(sublayer(x))) for any "
+                   f"dropout pattern: apply the layer's dropout to each sub-layer's output, before the residual add.")
+
+
 @group("m3", "dropout", depends=PARTS)
 def dropout(t: Tester):
     d, B, L, p = 8, 4, 6, 0.5
@@ -557,24 +601,32 @@ def dropout(t: Tester):
     # The feed-forward's hidden dropout: with linear2 invertible, the hidden activations show.
     ff = _sub(pe, "feed_forward")
     xf = t.randn(B, L, d)
-    evaluated = t.module("FeedForward", (d, d), {"dropout": p}, params=ff, dtype="float64",
+    # gelu, not relu: with relu, dropout before or after the activation gives the same numbers.
+    kw = {"dropout": p, "activation": "gelu"}
+    evaluated = t.module("FeedForward", (d, d), kw, params=ff, dtype="float64",
                          calls=[{"args": [xf], "seed": 3}])["outputs"][0]
-    t.expect_close(evaluated, _ffn(ff, xf, "relu"), "The output of FeedForward(dropout=0.5) in eval mode",
-                   lambda: CATALOGUE.tried("feed_forward", ff, xf, "relu"))
-    out = t.module("FeedForward", (d, d), {"dropout": p}, params=ff, train=True, dtype="float64",
+    t.expect_close(evaluated, _ffn(ff, xf, "gelu"), "The output of FeedForward(dropout=0.5, activation='gelu') in "
+                   "eval mode", lambda: CATALOGUE.tried("feed_forward", ff, xf, "gelu"))
+    out = t.module("FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
                    calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     if ((out == 0).double().mean().item() > 0.25):
         t.fail("FeedForward(dropout=0.5) in training mode zeroes its outputs: the dropout sits after linear2. It "
                "belongs on the hidden activations: linear2(dropout(activation(linear1(x)))).", "ffn_dropout_misplaced")
     hidden = torch.linalg.solve(ff["linear2.weight"], (out - ff["linear2.bias"]).reshape(-1, d).T).T.reshape(out.shape)
-    act = F.relu(xf @ ff["linear1.weight"].T + ff["linear1.bias"])
+    pre = xf @ ff["linear1.weight"].T + ff["linear1.bias"]
+    act = F.gelu(pre)
     live = act.abs() > 1e-6
     zero = hidden.abs() < 1e-8
     share = (zero & live).double().sum().item() / max(1, live.sum().item())
     if share == 0:
         t.fail("FeedForward(dropout=0.5) in training mode does not drop its hidden activations: "
                "linear2(dropout(activation(linear1(x)))).", "ffn_no_dropout")
-    if not (0.25 < share < 0.75 and torch.allclose(hidden[live & ~zero], act[live & ~zero] / (1 - p), atol=1e-8)):
+    kept = live & ~zero
+    if 0.25 < share < 0.75 and torch.allclose(hidden[kept], F.gelu(pre[kept] / (1 - p)), atol=1e-8):
+        t.fail("FeedForward(dropout=0.5, activation='gelu') in training mode drops the hidden values before the "
+               "activation; dropout comes after it: linear2(dropout(activation(linear1(x)))).",
+               "ffn_dropout_before_activation")
+    if not (0.25 < share < 0.75 and torch.allclose(hidden[kept], act[kept] / (1 - p), atol=1e-8)):
         t.fail("FeedForward(dropout=0.5) in training mode: dropout must act on the hidden activations (after the "
                "activation, before linear2), keeping the survivors scaled by 1 / (1 - p).", "ffn_dropout_misplaced")
     # Training mode, one sub-layer at a time: it outputs a constant b (its last weight 0, its bias b).
@@ -586,9 +638,36 @@ def dropout(t: Tester):
         q["self_attn.w_o.bias" if branch == "self-attention" else "feed_forward.linear2.bias"] = b
         out = run_layer(t, q, d, d, True, "relu", x, dropout=p, train=True)["outputs"][0]
         _branch_check(t, f"EncoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", out, x, b, p)
-    # The decoder's three sub-layers (pre-LN), each on its own.
+    # Post-LN: every sub-layer silenced (nothing random may then reach the output), then one live sub-layer
+    # read through the norms (d_model 6: 64 dropout patterns per position, all tried).
+    d6 = 6
+    x6 = t.randn(2, 3, d6)
+    b6 = 1 + t.randn(d6).abs()
+    for cls_decoder in (False, True):
+        q = layer_params(t, d6, d6, cls_decoder)
+        mem6 = t.randn(2, 4, d6) if cls_decoder else None
+        for name in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.linear2"):
+            if f"{name}.weight" in q:
+                q[f"{name}.weight"], q[f"{name}.bias"] = zeros(d6, d6), zeros(d6)
+        norms = [(q[f"norm{n}.weight"], q[f"norm{n}.bias"]) for n in range(1, 4 if cls_decoder else 3)]
+        cls = "DecoderLayer" if cls_decoder else "EncoderLayer"
+        silent = [run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p, train=train)["outputs"][0]
+                  for train in (False, True)]
+        _post_ln_stream_check(t, f"{cls}(post-LN, dropout=0.5)", silent[1], silent[0])
+        q["self_attn.w_o.bias"] = b6
+        ev = run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p)["outputs"][0]
+        t.expect_close(ev, expected_layer(q, d6, d6, False, "relu", x6, mem6)[0], f"The output of {cls}(post-LN, "
+                       f"dropout=0.5) in eval mode", lambda: CATALOGUE.tried("decoder" if cls_decoder else "encoder",
+                                                                           q, False, "relu", x6, mem6))
+        out = run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p, train=True)["outputs"][0]
+        _post_ln_branch_check(t, f"{cls}(post-LN, dropout=0.5), self-attention sub-layer", out, x6, b6, p, norms)
+    # The decoder's three sub-layers (pre-LN), each on its own, after its eval-mode values are right.
     pd = layer_params(t, d, d, True)
     memory = t.randn(B, L + 1, d)
+    ev = run_layer(t, pd, d, d, True, "relu", x, memory, dropout=p)["outputs"][0]
+    t.expect_close(ev, expected_layer(pd, d, d, True, "relu", x, memory)[0],
+                   "The output of DecoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)",
+                   lambda: CATALOGUE.tried("decoder", pd, True, "relu", x, memory))
     for branch, bias in (("self-attention", "self_attn.w_o.bias"), ("cross-attention", "cross_attn.w_o.bias"),
                          ("feed-forward", "feed_forward.linear2.bias")):
         q = dict(pd)

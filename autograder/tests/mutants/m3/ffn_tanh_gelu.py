@@ -1,6 +1,6 @@
 """Mistake: gelu uses the tanh approximation.
 
-CATCHES: feed_forward
+CATCHES: feed_forward, dropout
 DIAGNOSIS: ffn_tanh_gelu
 """
 import torch
