@@ -75,19 +75,29 @@ class _Ops(TorchDispatchMode):
 
 
 class Recorder:
-    """Records torch functions called from Python and counts ATen ops underneath."""
+    """Records torch functions called from Python, PyTorch modules run (as "nn.<Name>", also those
+    created inside forward), and counts the ATen ops underneath."""
 
     def __init__(self, enabled):
         self.enabled = enabled
         self.names, self.counts = set(), {}
         self._modes = [_Functions(self.names), _Ops(self.counts)] if enabled else []
+        self._hook = None
+
+    def _module_ran(self, module, args):
+        if type(module).__module__.startswith("torch."):
+            self.names.add(f"nn.{type(module).__name__}")
 
     def __enter__(self):
         for m in self._modes:
             m.__enter__()
+        if self.enabled:
+            self._hook = torch.nn.modules.module.register_module_forward_pre_hook(self._module_ran)
         return self
 
     def __exit__(self, *exc):
+        if self._hook is not None:
+            self._hook.remove()
         for m in reversed(self._modes):
             m.__exit__(*exc)
         return False
@@ -300,8 +310,10 @@ def _same_object(named):
 
 
 def _shared_modules(obj):
-    """Names of submodules that are a second reference to a module already seen under another name."""
-    return sorted(set(k for k, _ in obj.named_modules(remove_duplicate=False)) - set(k for k, _ in obj.named_modules()))
+    """Names of submodules that are a second reference to a module already seen under another name
+    (only the outermost such name: `layers.1`, not also `layers.1.norm1`)."""
+    shared = sorted(set(k for k, _ in obj.named_modules(remove_duplicate=False)) - set(k for k, _ in obj.named_modules()))
+    return [k for k in shared if not any(k.startswith(o + ".") for o in shared)]
 
 
 def _attr(obj, dotted):
