@@ -2,6 +2,7 @@
 
 Stages, each a small function from (course, milestone) to {relative path: text}:
     stubs              solutions/<folder>/<file>  -> assignments/<folder>/<file> (solution removed)
+    provided           solutions/<folder>/<provided file> -> assignments/<folder>/ (verbatim, e.g. data.py)
     carried_references solutions/<dep>/<file>     -> assignments/<folder>/<file> (earlier milestones, as reference)
     public_tests       solutions/<folder>/test_*  -> assignments/<folder>/test_*
     readme             course.yaml                -> assignments/<folder>/README.md
@@ -35,6 +36,17 @@ def stubs(course: Course, m: Milestone) -> Plan:
     for file in m.files:
         text, name = _solution(course, m, file)
         plan[Path("assignments", m.folder, file)] = markers.make_stub(text, name)
+    return plan
+
+
+def provided(course: Course, m: Milestone) -> Plan:
+    """Course files students use as they are (no solution regions): copied verbatim, for this
+    milestone and the later ones that depend on it."""
+    plan = {}
+    for owner in [*course.dependencies(m), m]:
+        for file in owner.provided:
+            text, _ = _solution(course, owner, file)
+            plan[Path("assignments", m.folder, file)] = text
     return plan
 
 
@@ -91,7 +103,7 @@ def notebooks(course: Course, m: Milestone) -> Plan:
     if not notebook.source_path(course, m).is_file():
         return {}
     plan = {Path("source_notebooks", m.folder, notebook.notebook_name(m)): notebook.render(course, m)}
-    for stage in (stubs, carried_references, public_tests, readme):
+    for stage in (stubs, provided, carried_references, public_tests, readme):
         for path, text in stage(course, m).items():
             plan[Path("source_notebooks", *path.parts[1:])] = text
     return plan
@@ -105,7 +117,8 @@ def released_notebooks(course: Course) -> dict[Path, Path]:
             for m in course.milestones if notebook.source_path(course, m).is_file()}
 
 
-STAGES: list[Callable[[Course, Milestone], Plan]] = [stubs, carried_references, public_tests, readme, notebooks]
+STAGES: list[Callable[[Course, Milestone], Plan]] = [stubs, provided, carried_references, public_tests, readme,
+                                                     notebooks]
 
 
 def plan(course: Course) -> Plan:

@@ -49,6 +49,7 @@ class Milestone:
     written: tuple[Written, ...] = ()       # hand-graded questions of the notebook
     about: dict[str, str] = field(default_factory=dict)   # group name -> what it checks, for students
     rules: tuple[str, ...] = ()             # the rules that cost points, in students' words
+    provided: tuple[str, ...] = ()          # course files students receive as they are (e.g. data.py)
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -145,9 +146,12 @@ def _milestone(raw, index: int, earlier: list[str], rules: dict[str, str]) -> Mi
     if not re.fullmatch(r"[A-Za-z0-9_]+", folder):
         raise ConfigError(f"{where}.folder: expected letters, digits and '_', got {folder!r}")
     files = _str_list(_get(raw, "files", list, where), f"{where}.files")
-    for f in files:
+    provided = _str_list(raw["provided"], f"{where}.provided") if raw.get("provided") else ()
+    for f in files + provided:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.py", f):
             raise ConfigError(f"{where}.files: expected plain module file names like 'attention.py', got {f!r}")
+    if set(files) & set(provided):
+        raise ConfigError(f"{where}.provided: {sorted(set(files) & set(provided))} cannot be a student file too")
     deps = _str_list(raw.get("depends_on", []) or [], f"{where}.depends_on")
     for d in deps:
         if d not in earlier:
@@ -166,7 +170,7 @@ def _milestone(raw, index: int, earlier: list[str], rules: dict[str, str]) -> Mi
     if unknown:
         raise ConfigError(f"{where}.rules: {unknown} are not rules of course.yaml (known: {sorted(rules)})")
     return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks, written, about,
-                     tuple(rules[r] for r in rule_ids))
+                     tuple(rules[r] for r in rule_ids), provided)
 
 
 def _written(items, where: str, checks: dict) -> tuple[Written, ...]:

@@ -31,6 +31,7 @@ def grading_markdown(course: Course, m: Milestone, notebook_name: str | None) ->
     if rules:
         lines += ["", "### Rules that cost points", "", *[f"- {r}" for r in rules]]
     carried = [f for d in course.dependencies(m) for f in d.files]
+    provided = [f for d in [*course.dependencies(m), m] for f in d.provided]
     lines += ["", "### What to hand in", ""]
     lines += [f"- `{f}` (graded automatically)." for f in m.files]
     if notebook_name and m.written:
@@ -38,4 +39,7 @@ def grading_markdown(course: Course, m: Milestone, notebook_name: str | None) ->
     if carried:
         lines.append(f"- Not {', '.join(f'`{f}`' for f in carried)}: grading always uses the course's reference "
                      f"copy, so a mistake in an earlier milestone never costs points twice.")
+    if provided:
+        lines.append(f"- Not {', '.join(f'`{f}`' for f in provided)}: provided by the course; grading uses the "
+                     f"course's copy.")
     return "\n".join(lines)

@@ -39,12 +39,16 @@ def _regions(lines: list[str], name: str):
 
 
 def _enclosing_name(lines: list[str], index: int) -> str:
-    indent = len(lines[index]) - len(lines[index].lstrip())
+    """The function or method enclosing line `index`, as `name` or `Class.method`."""
+    names, indent = [], len(lines[index]) - len(lines[index].lstrip())
     for line in reversed(lines[:index]):
         m = _DEF.match(line)
         if m and len(line) - len(line.lstrip()) < indent:
-            return m.group(2)
-    return "this part"
+            names.insert(0, m.group(2))
+            indent = len(line) - len(line.lstrip())
+            if indent == 0:
+                break
+    return ".".join(names) or "this part"
 
 
 def make_stub(text: str, name: str = "<source>") -> str:

@@ -43,7 +43,7 @@ class LayerNorm(nn.Module):
         super().__init__()
         # TODO: store eps; create self.weight = nn.Parameter(ones of [d_model]) and
         # TODO: self.bias = nn.Parameter(zeros of [d_model]).
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("LayerNorm.__init__ is not implemented yet")
 
     def forward(self, x):
         """Normalise x [..., d_model] (any number of leading dimensions) -> [..., d_model].
@@ -57,7 +57,7 @@ class LayerNorm(nn.Module):
         """
         # TODO: mean and biased variance over the last dimension (keepdim=True so they broadcast),
         # TODO: then (x - mean) / sqrt(var + eps), scaled by weight and shifted by bias.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("LayerNorm.forward is not implemented yet")
 
 
 class FeedForward(nn.Module):
@@ -86,12 +86,12 @@ class FeedForward(nn.Module):
         super().__init__()
         # TODO: raise ValueError unless activation is "relu" or "gelu" (say which values are allowed).
         # TODO: create linear1, linear2 and a dropout; remember which activation to use.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("FeedForward.__init__ is not implemented yet")
 
     def forward(self, x):
         """x [..., d_model] -> [..., d_model]."""
         # TODO: linear1 -> activation -> dropout -> linear2
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("FeedForward.forward is not implemented yet")
 
 
 class EncoderLayer(nn.Module):
@@ -129,7 +129,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         # TODO: create self_attn, feed_forward, norm1, norm2 and the residual dropout(s);
         # TODO: store norm_first.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("EncoderLayer.__init__ is not implemented yet")
 
     def forward(self, x, src_mask=None):
         """Run the layer.
@@ -144,7 +144,7 @@ class EncoderLayer(nn.Module):
         """
         # TODO: self-attention sub-layer (queries, keys and values all from x, or from norm1(x) in pre-LN),
         # TODO: then the feed-forward sub-layer; dropout on each sub-layer's output before the residual add.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("EncoderLayer.forward is not implemented yet")
 
 
 class DecoderLayer(nn.Module):
@@ -178,7 +178,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         # TODO: create self_attn, cross_attn, feed_forward, norm1..norm3 and the residual dropout(s);
         # TODO: store norm_first.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("DecoderLayer.__init__ is not implemented yet")
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         """Run the layer.
@@ -198,4 +198,4 @@ class DecoderLayer(nn.Module):
         # TODO: three sub-layers in order: self-attention (tgt_mask), cross-attention (queries from
         # TODO: the decoder stream, keys/values from memory, src_mask), feed-forward.
         # TODO: Same residual / norm / dropout pattern as EncoderLayer.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("DecoderLayer.forward is not implemented yet")

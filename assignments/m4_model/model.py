@@ -68,7 +68,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         super().__init__()
         # TODO: register the table as the buffer "pe"; create the dropout; remember max_len.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("PositionalEncoding.__init__ is not implemented yet")
 
     def forward(self, x):
         """x [B, L, d_model] -> dropout(x + pe[:L]), [B, L, d_model]. Position 0 gets row 0.
@@ -78,7 +78,7 @@ class PositionalEncoding(nn.Module):
         The input is not modified.
         """
         # TODO: check the length, add the first L rows of the table (they broadcast over B), dropout.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("PositionalEncoding.forward is not implemented yet")
 
 
 class TokenEmbedding(nn.Module):
@@ -95,12 +95,12 @@ class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size, d_model):
         super().__init__()
         # TODO: create self.embedding and remember d_model.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("TokenEmbedding.__init__ is not implemented yet")
 
     def forward(self, tokens):
         """tokens [B, L] (int64) -> [B, L, d_model]: embedding(tokens) * sqrt(d_model)."""
         # TODO: look the tokens up and multiply by sqrt(d_model).
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("TokenEmbedding.forward is not implemented yet")
 
 
 class Encoder(nn.Module):
@@ -123,12 +123,12 @@ class Encoder(nn.Module):
         super().__init__()
         # TODO: self.layers = nn.ModuleList([...num_layers new EncoderLayers...]);
         # TODO: self.norm = LayerNorm(d_model) if norm_first else None.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("Encoder.__init__ is not implemented yet")
 
     def forward(self, x, src_mask=None):
         """x [B, Ls, d_model], src_mask None or bool broadcastable to [B, Ls, Ls] -> [B, Ls, d_model]."""
         # TODO: run each layer in order with the same mask, then the final norm if there is one.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("Encoder.forward is not implemented yet")
 
 
 class Decoder(nn.Module):
@@ -139,7 +139,7 @@ class Decoder(nn.Module):
                  norm_first=False):
         super().__init__()
         # TODO: as in Encoder, with DecoderLayer.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("Decoder.__init__ is not implemented yet")
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         """Run the stack.
@@ -153,7 +153,7 @@ class Decoder(nn.Module):
             [B, Lt, d_model]
         """
         # TODO: run each layer in order (every layer gets the same memory and masks), then the final norm.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("Decoder.forward is not implemented yet")
 
 
 class Transformer(nn.Module):
@@ -197,18 +197,18 @@ class Transformer(nn.Module):
         # TODO: check the vocab sizes when tying; build the six submodules listed above.
         # TODO: if tie_embeddings: make the three weights one Parameter (e.g. x.weight = y.weight).
         # TODO: then xavier_uniform_ every parameter p with p.dim() > 1.
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("Transformer.__init__ is not implemented yet")
 
     def encode(self, src, src_mask=None):
         """src [B, Ls] int64, src_mask None or bool [B, 1, Ls] -> memory [B, Ls, d_model]."""
         # TODO: embed, add positions, run the encoder.
-        raise NotImplementedError("encode is not implemented yet")
+        raise NotImplementedError("Transformer.encode is not implemented yet")
 
     def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
         """tgt [B, Lt] int64, memory [B, Ls, d_model], masks as in Decoder -> [B, Lt, d_model]
         (decoder output, before the generator)."""
         # TODO: embed, add positions, run the decoder.
-        raise NotImplementedError("decode is not implemented yet")
+        raise NotImplementedError("Transformer.decode is not implemented yet")
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         """Logits for every target position.
@@ -222,4 +222,4 @@ class Transformer(nn.Module):
             logits [B, Lt, tgt_vocab_size], before any softmax.
         """
         # TODO: encode, decode, then the generator.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("Transformer.forward is not implemented yet")

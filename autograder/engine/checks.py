@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+import re
 import textwrap
 import zlib
 from dataclasses import dataclass, field
@@ -189,9 +190,11 @@ class Tester:
         """Run the judge's `recipe` function inside the worker (for objects that must live beside the
         student's code, e.g. a model and an optimizer). It must import what it needs itself and return
         tensors and plain values only."""
-        return self._request({"op": "run", "source": textwrap.dedent(inspect.getsource(recipe)),
-                              "entry": recipe.__name__, "args": list(args), "kwargs": kwargs,
-                              "record": record, "seed": seed}, what)
+        reply = self._request({"op": "run", "source": textwrap.dedent(inspect.getsource(recipe)),
+                               "entry": recipe.__name__, "args": list(args), "kwargs": kwargs,
+                               "record": record, "seed": seed}, what)
+        reply["value"] = _unwrap(reply.get("value"))      # the recipe's own dicts, as plain dicts again
+        return reply
 
     # ---- verdicts ----------------------------------------------------------------------
     def fail(self, message: str, cause: str | None = None, cause_text: str | None = None):
@@ -305,6 +308,14 @@ class Tester:
                           f"that points to a Python loop over that dimension. {advice}", "python_loop")
 
 
+def _unwrap(x):
+    if isinstance(x, dict) and set(x) == {"__dict__"}:
+        return {k: _unwrap(v) for k, v in x["__dict__"].items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(v) for v in x)
+    return x
+
+
 def student_error(reply: dict, what: str) -> str:
     kind = reply.get("kind")
     tb = reply.get("traceback") or ""
@@ -315,7 +326,9 @@ def student_error(reply: dict, what: str) -> str:
         err += (f"\nIt was raised inside the course's {inside['where']}, which your code (the line below) "
                 f"called with {inside['args']}.")
     if kind == "not_implemented":
-        return f"{what} is not implemented yet (it raises NotImplementedError)."
+        named = re.fullmatch(r"([\w.]+) is not implemented yet", str(reply.get("message", "")))
+        # the stub's own message names the function, which may be one `what` calls (a recipe's)
+        return f"`{named.group(1) if named else what.strip('`')}` is not implemented yet (it raises NotImplementedError)."
     if kind == "import":
         return f"Your file could not be imported, so {what} could not run: {err}{tb}"
     if kind == "missing":

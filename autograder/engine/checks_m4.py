@@ -161,10 +161,10 @@ class TorchModel(nn.Module):
         return self.gen(self.decode(tgt, memory, src_mask, tgt_mask, **dev))
 
 
-def param_grads(model: TorchModel, p: dict) -> dict:
-    """The TorchModel's gradients under the student's parameter names."""
-    g = {"src_embed.embedding.weight": model.src.grad, "tgt_embed.embedding.weight": model.tgt.grad,
-         "generator.weight": model.gen.weight.grad, "generator.bias": model.gen.bias.grad}
+def by_student_name(model: TorchModel, p: dict, pick=lambda t: t.grad) -> dict:
+    """The TorchModel's parameters (pick=detach) or gradients (pick=grad) under the student's names."""
+    g = {"src_embed.embedding.weight": pick(model.src), "tgt_embed.embedding.weight": pick(model.tgt),
+         "generator.weight": pick(model.gen.weight), "generator.bias": pick(model.gen.bias)}
     for side in ("encoder", "decoder"):
         stack = getattr(model, side)
         for i, layer in enumerate(stack.layers):
@@ -172,21 +172,21 @@ def param_grads(model: TorchModel, p: dict) -> dict:
             for att, mine in (("self_attn", "self_attn"), ("multihead_attn", "cross_attn")):
                 if f"{att}.in_proj_weight" not in theirs:
                     continue
-                gw, gb = theirs[f"{att}.in_proj_weight"].grad, theirs[f"{att}.in_proj_bias"].grad
+                gw, gb = pick(theirs[f"{att}.in_proj_weight"]), pick(theirs[f"{att}.in_proj_bias"])
                 for j, proj in enumerate(("w_q", "w_k", "w_v")):
                     g[f"{side}.layers.{i}.{mine}.{proj}.weight"] = gw[j * D:(j + 1) * D]
                     g[f"{side}.layers.{i}.{mine}.{proj}.bias"] = gb[j * D:(j + 1) * D]
-                g[f"{side}.layers.{i}.{mine}.w_o.weight"] = theirs[f"{att}.out_proj.weight"].grad
-                g[f"{side}.layers.{i}.{mine}.w_o.bias"] = theirs[f"{att}.out_proj.bias"].grad
+                g[f"{side}.layers.{i}.{mine}.w_o.weight"] = pick(theirs[f"{att}.out_proj.weight"])
+                g[f"{side}.layers.{i}.{mine}.w_o.bias"] = pick(theirs[f"{att}.out_proj.bias"])
             for name in ("linear1", "linear2"):
                 for kind in ("weight", "bias"):
-                    g[f"{side}.layers.{i}.feed_forward.{name}.{kind}"] = theirs[f"{name}.{kind}"].grad
+                    g[f"{side}.layers.{i}.feed_forward.{name}.{kind}"] = pick(theirs[f"{name}.{kind}"])
             for n in (1, 2, 3):
                 for kind in ("weight", "bias"):
                     if f"norm{n}.{kind}" in theirs:
-                        g[f"{side}.layers.{i}.norm{n}.{kind}"] = theirs[f"norm{n}.{kind}"].grad
+                        g[f"{side}.layers.{i}.norm{n}.{kind}"] = pick(theirs[f"norm{n}.{kind}"])
         if stack.norm is not None:
-            g[f"{side}.norm.weight"], g[f"{side}.norm.bias"] = stack.norm.weight.grad, stack.norm.bias.grad
+            g[f"{side}.norm.weight"], g[f"{side}.norm.bias"] = pick(stack.norm.weight), pick(stack.norm.bias)
     return {k: v for k, v in g.items() if k in p}
 
 
@@ -504,7 +504,7 @@ def gradients(t: Tester):
     logits = judge(src, tgt, src_mask, tgt_mask)
     g = t.randn(*logits.shape)
     logits.backward(g)
-    want = param_grads(judge, p)
+    want = by_student_name(judge, p)
     reply = run_model(t, p, 2, True, 30, src, tgt, src_mask, tgt_mask, backward=[g])
     t.expect_close(reply["outputs"][0], logits.detach(), "The logits of Transformer (pre-LN)",
                    lambda: CATALOGUE.tried("model", p, 2, True, 30, src, tgt, src_mask, tgt_mask))

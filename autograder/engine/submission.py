@@ -56,6 +56,10 @@ def prepared(course: Course, m: Milestone, path: Path):
                 src = course.root / "solutions" / dep.folder / f
                 (folder / f).write_text(markers.make_reference(src.read_text(), str(src)))
                 graded.append(GradedFile(f, f"reference from {dep.id}"))
+        for owner in [*course.dependencies(m), m]:
+            for f in owner.provided:      # the course's own file, whatever the submission holds
+                (folder / f).write_text((course.root / "solutions" / owner.folder / f).read_text())
+                graded.append(GradedFile(f, "provided by the course"))
         yield folder, graded
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

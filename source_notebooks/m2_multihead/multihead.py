@@ -47,7 +47,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         # TODO: raise ValueError (with a message giving both numbers) unless d_model % num_heads == 0.
         # TODO: store num_heads and dropout; create w_q, w_k, w_v, w_o = nn.Linear(d_model, d_model, bias=bias).
-        raise NotImplementedError("__init__ is not implemented yet")
+        raise NotImplementedError("MultiHeadAttention.__init__ is not implemented yet")
         self.attn_weights = None   # [B, H, Lq, Lk] after each forward pass, for visualisation
 
     def forward(self, query, key, value, mask=None):
@@ -67,4 +67,4 @@ class MultiHeadAttention(nn.Module):
         # TODO: a [B, Lq, Lk] or [B, 1, Lk] mask needs a head dimension: mask.unsqueeze(-3) -> [B, 1, Lq, Lk].
         # TODO: call scaled_dot_product_attention (dropout only when self.training), keep the
         # TODO: detached weights in self.attn_weights, merge the heads and apply w_o.
-        raise NotImplementedError("forward is not implemented yet")
+        raise NotImplementedError("MultiHeadAttention.forward is not implemented yet")
