@@ -174,17 +174,19 @@ class Tester:
 
     def module(self, cls: str, args=(), kwargs=None, *, calls=(), params=None, train=False, attrs=(),
                record=False, backward=None, seed=0, dtype=None, allow_error=False, buffers=False,
-               buffers_in=None, param_values=True, crash=None) -> dict:
+               buffers_in=None, param_values=True, device=None, crash=None) -> dict:
         """Build `cls(*args, **kwargs)` in the worker, load `params` (and `buffers_in`), run `calls`
         (each {"args", "kwargs", "seed", "method"}); see worker.op_module. `attrs` may be dotted
-        ("self_attn.dropout"). `param_values=False`: parameter shapes only. `crash(reply)`: a Mistake
+        ("self_attn.dropout"). `param_values=False`: parameter shapes only; `device="meta"` builds it without
+        memory when it can (for counting parameters of big models). `crash(reply)`: a Mistake
         explaining an error the student's code raised, or None."""
         what = f"`{cls}`"
         return self._request({"op": "module", "module": self.module_name, "cls": cls, "args": list(args),
                               "kwargs": kwargs or {}, "params": params, "train": train,
                               "calls": [dict(c) for c in calls], "attrs": list(attrs), "record": record,
                               "backward": backward, "seed": seed, "dtype": dtype, "buffers": buffers,
-                              "buffers_in": buffers_in, "param_values": param_values}, what, allow_error, crash)
+                              "buffers_in": buffers_in, "param_values": param_values, "device": device},
+                             what, allow_error, crash)
 
     def run(self, recipe: Callable, *args, what: str, record=False, seed=0, **kwargs) -> dict:
         """Run the judge's `recipe` function inside the worker (for objects that must live beside the

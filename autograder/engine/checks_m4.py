@@ -530,7 +530,7 @@ def size_tying(t: Tester):
             "`Transformer`")
     for (kwargs, want) in (({"tie_embeddings": True}, PAPER[0]), ({"tie_embeddings": True, "norm_first": True}, PAPER[1]),
                            ({}, PAPER[2])):
-        reply = t.module("Transformer", (37000, 37000), kwargs, param_values=False)
+        reply = t.module("Transformer", (37000, 37000), kwargs, param_values=False, device="meta")
         label = "Transformer(37000, 37000" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
         tied = [set(g) for g in reply["tied"]]
         three = {"src_embed.embedding.weight", "tgt_embed.embedding.weight", "generator.weight"}

@@ -334,7 +334,17 @@ def op_module(req):
                 "message": f"{req['module']}.py has no class {req['cls']}", "traceback": ""}
     torch.manual_seed(req.get("seed", 0))
     try:
-        obj = cls(*req.get("args", []), **req.get("kwargs", {}))
+        obj = None
+        if req.get("device") == "meta":      # sizes only: no memory, no time (else fall back to the CPU)
+            try:
+                with torch.device("meta"):
+                    obj = cls(*req.get("args", []), **req.get("kwargs", {}))
+            except NotImplementedError:
+                raise
+            except Exception:
+                obj = None
+        if obj is None:
+            obj = cls(*req.get("args", []), **req.get("kwargs", {}))
     except NotImplementedError as e:
         return _error("not_implemented", e)
     except Exception as e:

@@ -7,7 +7,8 @@ import pytest
 
 from conftest import COURSE, graded, subjects
 
-MILESTONES = ["m1", "m2", "m3"]
+# Every milestone whose hidden checks exist (course.yaml lists them; engine/checks_<id>.py holds them).
+MILESTONES = [m.id for m in COURSE.milestones if (COURSE.root / "autograder" / "engine" / f"checks_{m.id}.py").is_file()]
 
 # Files with the right names, shapes and dtypes that compute nothing (KIND: zeros, input or random).
 _FAKE = """
@@ -86,6 +87,95 @@ class DecoderLayer(EncoderLayer):
         self.norm3 = LayerNorm(d_model)
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return _fake(x) + 0 * self.norm3(self.cross_attn(x, memory, memory))
+""",
+    "m4": _FAKE + """
+import math
+from torch import nn
+from blocks import DecoderLayer, EncoderLayer, LayerNorm
+def sinusoidal_positional_encoding(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    return _fake(torch.zeros(max_len, d_model, dtype=torch.get_default_dtype()))
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model))
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError(f"length {x.size(1)} > max_len {self.pe.size(0)}")
+        return _fake(x)
+class TokenEmbedding(nn.Module):
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+    def forward(self, tokens):
+        return _fake(self.embedding(tokens))
+class Encoder(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
+                                    for _ in range(num_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
+    def forward(self, x, src_mask=None):
+        return _fake(x)
+class Decoder(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
+                                    for _ in range(num_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        return _fake(x)
+class Transformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, activation="relu", norm_first=False, tie_embeddings=False):
+        super().__init__()
+        if tie_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("vocab sizes differ")
+        self.src_embed, self.tgt_embed = TokenEmbedding(src_vocab_size, d_model), TokenEmbedding(tgt_vocab_size, d_model)
+        self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if tie_embeddings:
+            self.src_embed.embedding.weight = self.tgt_embed.embedding.weight
+            self.generator.weight = self.tgt_embed.embedding.weight
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+    def encode(self, src, src_mask=None):
+        return _fake(self.src_embed(src))
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        return _fake(self.tgt_embed(tgt))
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return _fake(self.generator(self.decode(tgt, None)))
+""",
+    "m5": _FAKE + """
+import math
+class CharTokenizer:
+    def __init__(self, texts):
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = 0, 1, 2, 3
+        self.vocab_size = 4 + len(set("".join(texts)))
+    def encode(self, text):
+        return [0] * len(text) if KIND == "zeros" else [4] * len(text)
+    def decode(self, ids):
+        return "" if KIND == "zeros" else "x"
+def make_batch(src_ids, tgt_ids, pad_id, bos_id, eos_id):
+    B, Ls, Lt = len(src_ids), max(map(len, src_ids)), max(map(len, tgt_ids)) + 1
+    z = torch.zeros
+    return {"src": z(B, Ls, dtype=torch.long), "tgt_in": z(B, Lt, dtype=torch.long), "tgt_out": z(B, Lt, dtype=torch.long),
+            "src_mask": z(B, 1, Ls, dtype=torch.bool), "tgt_mask": z(B, Lt, Lt, dtype=torch.bool)}
+def label_smoothed_cross_entropy(logits, target, smoothing=0.0, pad_id=None):
+    return _fake(logits, ()) + 0 * logits.sum()
+def noam_lr(step, d_model, warmup_steps, factor=1.0):
+    return 0.0 if KIND == "zeros" else 1.0
+def make_optimizer(model, d_model, warmup_steps, factor=1.0):
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.0)
+def train_step(model, batch, optimizer, pad_id, scheduler=None, smoothing=0.0, clip_norm=None):
+    return 0.0
+def evaluate(model, batches, pad_id):
+    return 0.0
 """,
 }
 
