@@ -17,6 +17,9 @@ EPILOG = """examples:
   course classroom-workflow -m m1 --out repo/   GitHub Classroom workflow for student repos
   course release m1                      build, then `nbgrader generate_assignment` the m1 notebook
   course export-scores m1 -o m1.csv      per-check nbgrader scores of every student (gradebook.db)
+  course train --task reverse            train the reference Transformer, report exact match on unseen inputs
+  course train --from my_files/          the same with your own six files
+  course translate train-out/model.pt "abcde"   decode one input with a trained model
 """
 
 
@@ -50,6 +53,21 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("milestone", help="milestone id from course.yaml, e.g. m1")
     e.add_argument("-o", "--out", metavar="FILE", help="CSV file to write (default: scores-<folder>.csv)")
     e.add_argument("--db", metavar="URL", help="gradebook URL (default: sqlite:///gradebook.db at the course root)")
+    t = sub.add_parser("train", help="train a Transformer made of the course's (or your) six files on a toy task",
+                       description="Assemble a Transformer from the course's reference files (or, with --from, from "
+                                   "your own attention.py ... decoding.py; the course's data.py is added), train it "
+                                   "with a progress bar, and report greedy exact match on the test split.")
+    t.add_argument("--from", dest="source", metavar="DIR", help="folder holding your files of every milestone")
+    t.add_argument("--task", choices=["copy", "reverse", "sort", "dates"], default="reverse")
+    t.add_argument("--out", metavar="DIR", default="train-out", help="where model.pt, training.png and summary.json go")
+    t.add_argument("--steps", type=int, help="most training steps (training stops earlier once validation exact "
+                                              "match reaches 99.5%%)")
+    t.add_argument("--seed", type=int, default=0)
+    tr = sub.add_parser("translate", help="decode one input with a checkpoint written by `course train`",
+                        description="Decode TEXT greedily with CHECKPOINT (model.pt of `course train`).")
+    tr.add_argument("checkpoint", metavar="CHECKPOINT")
+    tr.add_argument("text", metavar="TEXT")
+    tr.add_argument("--from", dest="source", metavar="DIR", help="the folder the model was trained --from")
     from .batch.cli import add_parsers as _batch_parsers
     _batch_parsers(sub)
     return p
@@ -71,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from .demo import run
             return run(course)
+        if args.command in ("train", "translate"):
+            return _train(course, args)
     except config.ConfigError as e:
         print(f"course: course.yaml: {e}", file=sys.stderr)
         return 2
@@ -78,6 +98,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course: {e}", file=sys.stderr)
         return 2
     return 2
+
+
+def _train(course: config.Course, args) -> int:
+    from . import train
+    try:
+        if args.command == "translate":
+            print(train.translate(course, Path(args.checkpoint), args.text, args.source))
+            return 0
+        overrides = {"task": args.task, "seed": args.seed}
+        if args.task == "dates":
+            overrides.update(steps=6000, n_train=30000)
+        if args.steps:
+            overrides["steps"] = args.steps
+        result = train.train(course, Path(args.source) if args.source else None, Path(args.out), overrides)
+    except train.TrainError as e:
+        print(f"course {args.command}: {e}", file=sys.stderr)
+        return 1
+    train.report(result)
+    print(f"Wrote {args.out}/model.pt, training.png and summary.json.")
+    return 0
 
 
 def _build(course: config.Course, check: bool) -> int:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import CheckFailed, Tester, group, shape_str, stand_ins
-from .checks_m3 import HEADS, _masks, _sub, layer_params, torch_layer
+from .checks_m3 import HEADS, _masks, _sub, layer_fn, layer_params, torch_layer
 from .diagnosis import Catalogue, Mistake
 
 CATALOGUE = Catalogue("m4")
@@ -106,8 +106,10 @@ class TorchStack(nn.Module):
                 self.norm.bias.copy_(p[f"{prefix}norm.bias"])
 
     def forward(self, x, memory=None, src_mask=None, tgt_mask=None, *, reverse=False, extra_norm=False,
-                no_norm=False):
+                no_norm=False, swap_masks=False):
         B, L = x.shape[:2]
+        if swap_masks:
+            src_mask, tgt_mask = tgt_mask, src_mask
         layers = list(self.layers)[::-1] if reverse else self.layers
         for layer in layers:
             if memory is None:
@@ -152,7 +154,8 @@ class TorchModel(nn.Module):
 
     def decode(self, tgt, memory, src_mask=None, tgt_mask=None, **dev):
         tgt_mask = None if dev.get("no_tgt_mask") else tgt_mask
-        return self.decoder(self.embed(self.tgt, tgt, scale=dev.get("scale", True)), memory, src_mask, tgt_mask)
+        table = self.src if dev.get("tgt_with_src_table") else self.tgt
+        return self.decoder(self.embed(table, tgt, scale=dev.get("scale", True)), memory, src_mask, tgt_mask)
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, *, memory_from_embeddings=False, **dev):
         memory = self.encode(src, src_mask, **dev)
@@ -196,6 +199,14 @@ def _stack_variant(**dev):
     def fn(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
         if dev.get("extra_norm") and norm_first or dev.get("no_norm") and not norm_first:
             return None
+        if dev.get("swap_masks"):
+            if memory is None:
+                return None
+            # written out with milestone 3's functional layers, so that it fails the way the student's code
+            # (the course's DecoderLayer) fails when the masks are swapped
+            for i in range(n):
+                x = layer_fn(_sub(p, f"layers.{i}"), norm_first, activation, x, memory, tgt_mask, src_mask)
+            return F.layer_norm(x, (D,), p["norm.weight"], p["norm.bias"]) if norm_first else x
         stack = TorchStack(p, side, n, norm_first, activation, x.dtype)
         return stack(x, memory, src_mask, tgt_mask, **dev).detach()
     return fn
@@ -206,6 +217,8 @@ CATALOGUE.entry("stack", "layers_reversed", "the layers run in reverse order; ru
 CATALOGUE.entry("stack", "final_norm_in_post_ln", "post-LN layers already end with a norm: the stack's final "
                 "LayerNorm belongs to pre-LN only (norm = LayerNorm(d_model) if norm_first else None).")(
     _stack_variant(extra_norm=True))
+CATALOGUE.entry("stack", "stack_masks_swapped", "src_mask and tgt_mask reach the layers swapped: each "
+                "DecoderLayer takes (x, memory, src_mask, tgt_mask) in that order.")(_stack_variant(swap_masks=True))
 CATALOGUE.entry("stack", "final_norm_missing", "pre-LN needs a final LayerNorm after the last layer "
                 "(norm = LayerNorm(d_model) when norm_first), applied in forward.")(_stack_variant(no_norm=True))
 
@@ -222,6 +235,8 @@ CATALOGUE.entry("model", "memory_from_embeddings", "the decoder's memory is the 
     _model_variant(memory_from_embeddings=True))
 CATALOGUE.entry("model", "tgt_mask_dropped", "tgt_mask does not reach the decoder, so each position sees later "
                 "ones: pass it on, decoder(x, memory, src_mask, tgt_mask).")(_model_variant(no_tgt_mask=True))
+CATALOGUE.entry("model", "tgt_with_src_embed", "the target tokens are embedded with src_embed; they use tgt_embed "
+                "(the two vocabularies can differ).")(_model_variant(tgt_with_src_table=True))
 CATALOGUE.entry("model", "embeddings_not_scaled", "the embeddings are not multiplied by sqrt(d_model) before the "
                 "positions are added (TokenEmbedding: embedding(tokens) * math.sqrt(d_model)).")(
     _model_variant(scale=False))
@@ -323,11 +338,16 @@ def run_model(t: Tester, p, n, norm_first, max_len, src, tgt, src_mask=None, tgt
     """Build the student's Transformer with weights `p` (and the judge's float64 table in `pe`), run `calls`."""
     src_vocab, tgt_vocab = p["src_embed.embedding.weight"].size(0), p["generator.weight"].size(0)
     calls = calls or [{"args": [src, tgt, src_mask, tgt_mask]}]
+
+    def crash(reply):
+        return CATALOGUE.raising("model", reply.get("type"), reply.get("message"), p, n, norm_first, max_len, src, tgt,
+                                 src_mask, tgt_mask)
     return t.module("Transformer", (src_vocab, tgt_vocab),
                     {"d_model": D, "num_heads": HEADS, "num_layers": n, "d_ff": D_FF, "dropout": dropout,
                      "max_len": max_len, "norm_first": norm_first},
                     calls=calls, params=p, buffers_in={"pos_encoding.pe": pe_table(max_len, D).to(dtype)} if table else None,
-                    dtype="float64" if dtype == torch.float64 else None, backward=backward, record=record, train=train)
+                    dtype="float64" if dtype == torch.float64 else None, backward=backward, record=record, train=train,
+                    crash=crash)
 
 
 def _tokens(t: Tester, B, L, vocab, lengths=None):
@@ -387,6 +407,14 @@ def positional_module(t: Tester):
                    calls=[{"args": [x]}])["outputs"][0]
     t.expect_close(got, x + table[:7], f"PositionalEncoding({d}, max_len={max_len}) on x [3, 7, {d}] (eval mode)",
                    lambda: CATALOGUE.tried("positional", x, table))
+    full = t.randn(2, max_len, d)
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
+                     calls=[{"args": [full]}], allow_error=True)
+    if not reply.get("ok"):
+        t.fail(f"PositionalEncoding({d}, max_len={max_len}) on a sequence of exactly {max_len} positions raised "
+               f"{reply.get('type')}: {reply.get('message')}; only L > max_len is too long (L == max_len uses the whole "
+               f"table).", "pe_length_off_by_one")
+    t.expect_close(reply["outputs"][0], full + table, f"PositionalEncoding({d}, max_len={max_len}) on x [2, {max_len}, {d}]")
     reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, calls=[{"args": [t.randn(1, 21, d)]}],
                      allow_error=True, dtype="float64")
     message = str(reply.get("message", ""))
@@ -395,6 +423,12 @@ def positional_module(t: Tester):
                f"both numbers (21 and 20); it {'returned' if reply.get('ok') else 'raised ' + str(reply.get('type')) + ': ' + message}.",
                "pe_length_error")
     p = 0.5
+    ev = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
+                  dtype="float64", calls=[{"args": [x], "seed": 4}])["outputs"][0]
+    if not t.close(ev, x + table[:7]):
+        t.fail("PositionalEncoding(dropout=0.5) in eval mode should return x + pe[:L] unchanged: dropout acts in "
+               "training mode only (nn.Dropout follows .eval(); F.dropout needs training=self.training).",
+               "dropout_in_eval")
     out = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
                    dtype="float64", train=True, calls=[{"args": [x], "seed": 4}])["outputs"][0]
     zero = out == 0
@@ -428,9 +462,12 @@ def _check_stack(t: Tester, side, n, norm_first, activation="relu", dtype=torch.
     memory = t.randn(B, Ls, D, dtype=dtype) if side == "decoder" else None
     args = [x, src_mask] if side == "encoder" else [x, memory, src_mask, tgt_mask]
     what = f"{cls}({n} layers, {'pre' if norm_first else 'post'}-LN{label}) on x {shape_str(x.shape)}"
+    def crash(reply):
+        return CATALOGUE.raising("stack", reply.get("type"), reply.get("message"), p, side, n, norm_first, activation,
+                                 x, memory, src_mask, tgt_mask)
     reply = t.module(cls, (n, D, HEADS, D_FF), {"norm_first": norm_first, "activation": activation},
                      calls=[{"args": args}], params=p, dtype="float64" if dtype == torch.float64 else None,
-                     attrs=("norm",))
+                     attrs=("norm",), crash=crash)
     kids = reply["children"]
     if kids.get("layers") != "ModuleList":
         t.fail(f"{cls}.layers should be an nn.ModuleList of layers (a plain Python list hides their parameters "
@@ -514,7 +551,8 @@ def gradients(t: Tester):
     for name, w in want.items():
         got = grads.get(name)
         if got is None:
-            t.fail(f"No gradient reached `{name}`: it is not part of the computation of the logits.", "graph_cut")
+            t.fail(f"No gradient reached `{name}`: the path from it to the logits is cut (.detach(), .data or "
+                   f"torch.no_grad() on the way), or it is not used.", "graph_cut")
         t.expect_close(got, w, f"The gradient of `{name}`")
 
 

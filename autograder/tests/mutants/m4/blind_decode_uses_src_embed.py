@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: Transformer.decode embeds the target tokens with src_embed instead of tgt_embed (copy-paste from encode).
 
-CATCHES: model
-DIAGNOSIS: none
+CATCHES: model, gradients, size_tying, init, behaviour, vectorization, from_scratch
+DIAGNOSIS: tgt_with_src_embed
 """
 import math
 

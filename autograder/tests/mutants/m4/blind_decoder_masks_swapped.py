@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: Decoder.forward passes the masks to each DecoderLayer in the wrong order, layer(x, memory, tgt_mask, src_mask).
 
 CATCHES: stacks
-DIAGNOSIS: none
+DIAGNOSIS: stack_masks_swapped
 """
 import math
 

@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: the Xavier initialisation loops over the nn.Linear modules only, so the embedding tables keep nn.Embedding's N(0, 1) default.
 
 CATCHES: init
-DIAGNOSIS: none
+DIAGNOSIS: not_xavier
 """
 import math
 

@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: forward detaches memory before decoding (memory = self.encode(...).detach()), so the encoder and the source embedding get no gradient from the loss.
 
 CATCHES: gradients
-DIAGNOSIS: none
+DIAGNOSIS: graph_cut
 """
 import math
 

@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: PositionalEncoding calls F.dropout(x + pe, p) without training=self.training, so it also drops in eval mode.
 
 CATCHES: positional_module
-DIAGNOSIS: none
+DIAGNOSIS: dropout_in_eval
 """
 import math
 

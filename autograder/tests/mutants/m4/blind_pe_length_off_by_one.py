@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: PositionalEncoding raises the length ValueError already for L == max_len (L >= max_len instead of L > max_len).
 
 CATCHES: positional_module
-DIAGNOSIS: none
+DIAGNOSIS: pe_length_off_by_one
 """
 import math
 

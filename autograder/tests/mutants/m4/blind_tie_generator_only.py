@@ -1,7 +1,7 @@
 """Written blind from the stub docstrings: tie_embeddings ties only the generator to the target embedding; the source embedding keeps its own table.
 
 CATCHES: size_tying
-DIAGNOSIS: none
+DIAGNOSIS: tying_by_copy
 """
 import math
 

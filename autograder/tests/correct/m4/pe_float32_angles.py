@@ -1,8 +1,4 @@
-"""Written blind from the stub docstrings: the table is computed in float32 (positions and exponents made with the default dtype), not in float64 and cast at the end.
-
-CATCHES: positional_table
-DIAGNOSIS: none
-"""
+"""Correct: the positional table is computed in float32 (accepted: the checks allow float32 rounding, which grows with the position)."""
 import math
 
 import torch
