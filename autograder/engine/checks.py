@@ -18,6 +18,7 @@ Rules every milestone gets from here, by construction:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import inspect
 import re
 import textwrap
@@ -61,7 +62,7 @@ def stand_ins(milestone: str, **objects) -> None:
     """Correct judge-written versions of student callables (`name=function or class`), sent to the
     worker as source when a group that provides `name` failed. They are the judge's own code, never
     the reference solution's text."""
-    STAND_INS[milestone] = {name: {"source": textwrap.dedent(inspect.getsource(obj)), "defines": obj.__name__}
+    STAND_INS[milestone] = {name: {"source": source_of(obj), "defines": obj.__name__}
                             for name, obj in objects.items()}
 
 
@@ -114,6 +115,7 @@ class Tester:
         self.module_name = module
         self.patches = patches or {}
         self.verified = 0
+        self.blamed: list[str] = []    # student callables this group proved wrong (see blame)
         # One generator per group: a group's inputs do not depend on which groups ran before it.
         self.gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.milestone}/{spec.name}".encode()))
         self.seed = seed
@@ -188,17 +190,25 @@ class Tester:
                               "buffers_in": buffers_in, "param_values": param_values, "device": device},
                              what, allow_error, crash)
 
-    def run(self, recipe: Callable, *args, what: str, record=False, seed=0, **kwargs) -> dict:
+    def run(self, recipe: Callable, *args, what: str, record=False, seed=0, helpers=(), crash=None, **kwargs) -> dict:
         """Run the judge's `recipe` function inside the worker (for objects that must live beside the
         student's code, e.g. a model and an optimizer). It must import what it needs itself and return
-        tensors and plain values only."""
-        reply = self._request({"op": "run", "source": textwrap.dedent(inspect.getsource(recipe)),
+        tensors and plain values only. `helpers`: judge classes/functions (or source strings) defined
+        before it, in the same namespace. `crash(reply)`: a Mistake explaining an error, or None."""
+        source = "\n\n".join(h if isinstance(h, str) else source_of(h) for h in (*helpers, recipe))
+        reply = self._request({"op": "run", "source": source,
                                "entry": recipe.__name__, "args": list(args), "kwargs": kwargs,
-                               "record": record, "seed": seed}, what)
+                               "record": record, "seed": seed}, what, crash=crash)
         reply["value"] = _unwrap(reply.get("value"))      # the recipe's own dicts, as plain dicts again
         return reply
 
     # ---- verdicts ----------------------------------------------------------------------
+    def blame(self, name: str):
+        """Record that the student's `name` was proved wrong here: groups depending on this one get a
+        stand-in for it (as for `provides`, but only when proved; for optional helpers, whose
+        signature is known only once a call with the stub's arguments has worked)."""
+        self.blamed.append(name)
+
     def fail(self, message: str, cause: str | None = None, cause_text: str | None = None):
         """Fail the group. A named `cause` lets later groups failing the same way say so in one line
         (with `cause_text`, or else this message)."""
@@ -310,6 +320,13 @@ class Tester:
                           f"that points to a Python loop over that dimension. {advice}", "python_loop")
 
 
+@functools.lru_cache(maxsize=None)
+def source_of(obj) -> str:
+    """The source of a judge function or class, read once per process (parsing a class's file again for
+    every request is slow)."""
+    return textwrap.dedent(inspect.getsource(obj))
+
+
 def _unwrap(x):
     if isinstance(x, dict) and set(x) == {"__dict__"}:
         return {k: _unwrap(v) for k, v in x["__dict__"].items()}
@@ -360,6 +377,7 @@ class CheckResult:
     judged: bool = True          # False: a style group that could not judge (code broken)
     note: str = ""               # e.g. graded with a stand-in for a function that failed above
     stand_ins: tuple[str, ...] = field(default=())
+    blamed: tuple[str, ...] = field(default=())   # student callables this group proved wrong
 
     @property
     def passed(self) -> bool:
