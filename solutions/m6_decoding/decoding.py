@@ -14,7 +14,10 @@ Common rules for every function here:
   dropout) under torch.no_grad() (or torch.inference_mode()); the mode the model was in (train or
   eval) is put back before returning.
 - src [B, Ls] int64, src_mask bool [B, 1, Ls] (True = real token). Work on the whole batch at
-  once: a Python loop over time steps is expected, a loop over the B batch items is not.
+  once: a Python loop over time steps is expected, a loop over the B batch items is not (the
+  grader counts tensor operations for two batch sizes).
+- Every step's logits come from model.generator, called once per step on the rows being decoded
+  (the grader watches the steps there: no extra steps once every sequence has ended).
 - The result `tokens` is int64 [B, T] on src's device: column 0 is bos_id; after a sequence's
   eos_id every later position is pad_id; T <= max_len + 1 (at most max_len generated tokens);
   generation stops early, as soon as every sequence has produced eos_id. Trailing columns that are
@@ -175,7 +178,8 @@ def length_penalty_score(sum_logprob, length, alpha):
 
 
 def beam_search(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4, length_penalty=0.6):
-    """Beam search, batched over the B items (no Python loop over items or beams).
+    """Beam search, batched: all B items and their beam_size hypotheses at once, as B * beam_size
+    rows (no Python loop over the items; none is needed over the hypotheses either).
 
     Every item keeps beam_size hypotheses (token prefixes), each with the sum of the
     log-probabilities (log softmax of the generator's logits) of its tokens after bos_id.
@@ -347,6 +351,12 @@ def greedy_decode_cached(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
     cross_attn with w_q, w_k, w_v, w_o and num_heads; norm1..norm3; feed_forward; norm_first),
     split_heads / merge_heads of milestone 2 and scaled_dot_product_attention of milestone 1. Do
     not edit the earlier milestones' files. Works for post-LN and pre-LN models.
+
+    Graded: the tokens, the logits given to model.generator at each step (those of the uncached
+    decoder), and the work per step: the grader counts each step's multiply FLOPs
+    (torch.utils.flop_counter), which must be those of the newest position alone (its projections,
+    attention over the cached positions and memory, feed-forward, generator), not growing with the
+    prefix and with no projection of memory after the first step.
 
     Args and return value: as greedy_decode (same rules: eval mode restored, no_grad, batched,
     stops once every sequence has ended).
