@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
+from .checks import CheckFailed, NotJudged, Tester, describe, group, shape_str, stand_ins
 from .checks_m3 import HEADS
 from .checks_m4 import D, D_FF, TorchModel, model_params, pe_table
 from .diagnosis import Catalogue, Mistake
@@ -1018,25 +1018,44 @@ def kv_cache(t: Tester):
 FUNCTIONS = ("greedy_decode", "sample_decode", "beam_search", "greedy_decode_cached")
 
 
-@group("m6", "modes", depends=("greedy",))
+def expected_tokens(func, spec, src, src_mask, max_len, gen_seed=0):
+    """What `func` must return (tokens only) with the contract's defaults."""
+    step = stepper(spec, src, src_mask)
+    if func == "beam_search":
+        return judge_beam(step, src.size(0), max_len, 4, 0.6)[0]
+    if func == "sample_decode":
+        return judge_sample(step, src.size(0), max_len, gen_seed)[0]
+    return judge_greedy(step, src.size(0), max_len)[0]
+
+
+def returned_tokens(result):
+    return result[0] if isinstance(result, (tuple, list)) and len(result) == 2 else result
+
+
+@group("m6", "modes", depends=("greedy",), style=True)
 def modes(t: Tester):
-    ran = []
+    """Judged on every function that gives the right tokens (the others are charged in their own groups)."""
+    problems = []
     for func in FUNCTIONS:
         src, src_mask = sources(t, [3, 2])
         spec = (transformer_spec(t, 1, False) if func == "greedy_decode_cached" else ending_oracle(t))
+        want = expected_tokens(func, spec, src, src_mask, 5)
         for train in (True, False):
             what = f"{call_text(func, 2, 5)} on a model in {'train' if train else 'eval'} mode"
             try:
                 got = decode(t, spec, func, src, src_mask, 5, what, train=train,
                              gen_seed=0 if func == "sample_decode" else None)
-            except CheckFailed:        # a crash is charged in its own group; here only behaviour counts
+            except CheckFailed as e:        # a crash is charged in its own group
+                problems.append(str(e).rstrip("."))
                 break
+            if not same_tokens(returned_tokens(got["result"]), want):
+                problems.append(f"`{func}` gave wrong tokens")
+                break
+            t.verified += 1
             expect_modes(t, got, what, train)
-        else:
-            ran.append(func)
-    if not ran:
-        t.fail("None of the four decoding functions ran to the end, so their handling of the model's mode could not "
-               "be observed.")
+    if not t.verified:
+        raise NotJudged(f"Not judged: this check gives its points only to code that runs and gives the right tokens, "
+                        f"and none of the four decoding functions did. What happened first: {problems[0]}.")
 
 
 @group("m6", "batched", depends=("greedy",), style=True)
@@ -1051,15 +1070,9 @@ def batched(t: Tester):
             what = call_text(func, B, 4)
             reply = t.run(recipe_decode, spec, func, src, src_mask, 4, kw, False, gen_seed=0 if func == "sample_decode" else None,
                           what=what, helpers=HELPERS, record=True)
-            got = reply["value"]["result"]
-            step = stepper(spec, src, src_mask)
-            if func == "beam_search":
-                want = judge_beam(step, B, 4, 2, 0.6)[0]
-                got = got[0] if isinstance(got, (tuple, list)) else got
-            elif func == "sample_decode":
-                want = judge_sample(step, B, 4, 0)[0]
-            else:
-                want = judge_greedy(step, B, 4)[0]
+            got = returned_tokens(reply["value"]["result"])
+            want = (judge_beam(stepper(spec, src, src_mask), B, 4, 2, 0.6)[0] if func == "beam_search"
+                    else expected_tokens(func, spec, src, src_mask, 4))
             ok = same_tokens(got, want)
             t.works(torch.ones(1) if ok else torch.zeros(1), torch.ones(1), f"`{func}`")
             counts[f"B = {B}"] = reply["record"]["op_count"]
