@@ -245,17 +245,22 @@ def recipe_evaluate(params, table, vocab, batches, dropout, mode):
             "mode_after": model.training, "calls": len(seen)}
 
 
-def recipe_learn(batch, vocab, steps, seed):
+def recipe_learn(batch, vocab, steps, seed, table):
+    """Train a fresh model with the student's optimizer and train_step; only the weights come back (the
+    judge measures the loss itself, with its own model: evaluate and train_step's returns are not trusted)."""
     import torch
     import training
     from model import Transformer
     torch.manual_seed(seed)
-    model = Transformer(vocab, vocab, d_model=32, num_heads=4, num_layers=1, d_ff=64, dropout=0.0, max_len=16)
-    opt, sched = training.make_optimizer(model, 32, 8, 1.0)
-    first = training.train_step(model, batch, opt, 0, sched)
-    for _ in range(steps - 1):
+    model = Transformer(vocab, vocab, d_model=8, num_heads=2, num_layers=1, d_ff=16, dropout=0.0,
+                        max_len=table.size(0))
+    with torch.no_grad():
+        model.pos_encoding.pe.copy_(table)
+    first = {k: v.detach().clone() for k, v in model.named_parameters()}
+    opt, sched = training.make_optimizer(model, 8, 8, 1.0)
+    for _ in range(steps):
         training.train_step(model, batch, opt, 0, sched)
-    return {"first": float(first), "final": float(training.evaluate(model, [batch], 0))}
+    return {"first": first, "final": {k: v.detach().clone() for k, v in model.named_parameters()}}
 
 
 # ---- the judge's training steps ---------------------------------------------------------------------
@@ -574,11 +579,27 @@ def evaluate(t: Tester):
 def learning(t: Tester):
     src = [[4 + (7 * i + 3 * j) % 8 for j in range(5)] for i in range(8)]
     batch = expected_batch(src, src)
-    got = t.run(recipe_learn, batch, V, 150, 0, what="150 steps of `train_step` with `make_optimizer`")["value"]
-    if not got["final"] < 0.5:
-        t.fail(f"A Transformer(d_model=32, 1 layer) trained with your make_optimizer and train_step for 150 steps on "
-               f"one batch of 8 copy examples should overfit it (the course's code reaches a loss below 0.2; the "
-               f"limit is 0.5), but its loss went from {got['first']:.3f} to {got['final']:.3f}.", "does_not_learn")
+    got = t.run(recipe_learn, batch, V, 150, 0, pe_table(MAX_LEN, D).float(),
+                what="150 steps of `train_step` with `make_optimizer`")["value"]
+    first, final = (judge_loss(got[k], batch) for k in ("first", "final"))
+    if not final < 0.5:
+        t.fail(f"A Transformer(d_model=8, 1 layer) trained with your make_optimizer and train_step for 150 steps on "
+               f"one batch of 8 copy examples should overfit it (the course's code reaches a loss below 0.01; the "
+               f"limit is 0.5), but the grader measures its loss going from {first:.3f} to {final:.3f}.",
+               "does_not_learn")
+
+
+def judge_loss(params, batch) -> float:
+    """Cross-entropy of the batch under the judge's own Transformer holding `params` (eval mode)."""
+    if not isinstance(params, dict) or any(not isinstance(v, torch.Tensor) for v in params.values()):
+        raise CheckFailed("The model's parameters could not be read back after training.")
+    try:
+        model = TorchModel({k: v.float() for k, v in params.items()}, 1, False, "relu", torch.float32, MAX_LEN).eval()
+        with torch.no_grad():
+            logits = model(batch["src"], batch["tgt_in"], batch["src_mask"], batch["tgt_mask"])
+            return float(expected_loss(logits, batch["tgt_out"], 0.0, PAD))
+    except (KeyError, RuntimeError) as e:
+        raise CheckFailed(f"After training, the model's parameters no longer have their shapes ({e}).") from None
 
 
 @group("m5", "from_scratch", depends=("loss",), style=True)
