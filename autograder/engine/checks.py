@@ -107,8 +107,10 @@ class Session:
 
 
 class Tester:
-    def __init__(self, session: Session, spec: Group, seed: int, module: str, patches: dict | None = None):
+    def __init__(self, session: Session, spec: Group, seed: int, module: str, patches: dict | None = None,
+                 failed_above: tuple[str, ...] = ()):
         self.session = session
+        self.failed_above = failed_above   # groups this one depends on that failed (their mistake may show here)
         self.spec = spec
         self.milestone = spec.milestone
         self.group = spec.name
@@ -258,8 +260,8 @@ class Tester:
         else:
             diff = (a - e).abs().nan_to_num(float("inf"))
             idx = tuple(torch.nonzero(diff == diff.max())[0].tolist())
-            message = (f"{what}: wrong values. The largest difference is at index {list(idx)}: "
-                       f"{diagnosis.number_pair(e[idx].item(), a[idx].item())} "
+            where = f" The largest difference is at index {list(idx)}:" if idx else ""     # none for a scalar
+            message = (f"{what}: wrong values.{where} {diagnosis.number_pair(e[idx].item(), a[idx].item())} "
                        f"(relative error {diagnosis.relative_error(a, e):.2g}).")
         cause = self.explain(actual, expected, mistakes, probes, atol, rtol, inputs_dtype)
         if cause is not None:

@@ -77,9 +77,11 @@ def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad
     counted = keep if pad_counted is None or pad_id is None else torch.ones_like(keep)
     e = 0.0 if ignore_smoothing else smoothing
     nll = -lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0]
-    if spread == "V-1":
-        others = (-lp).sum(1) - (-lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0])
-        cost = (1 - e) * nll + e * others / (Vv - 1)
+    if spread == "V-1" or (spread == "V-2" and pad_id is not None):
+        others = (-lp).sum(1) - nll
+        if spread == "V-2":                      # the Annotated Transformer's: no mass on <pad> either
+            others = others - (-lp[:, pad_id])
+        cost = (1 - e) * nll + e * others / (Vv - 1 if spread == "V-1" else Vv - 2)
     else:
         cost = (1 - e) * nll + e * (-lp).mean(1)
     cost = torch.where(keep, cost, torch.zeros_like(cost))
@@ -94,9 +96,13 @@ def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad
 for _id, _text, _dev in (
         ("pad_in_mean", "padded positions count in the mean (their cost is left out of the sum but not of the "
          "count): divide by the number of non-pad positions.", {"pad_counted": True}),
-        ("smoothing_over_v_minus_1", "the smoothing mass is spread over the V - 1 wrong classes; here it is spread "
-         "over all V classes, the right one included: (1 - e) * nll + e * mean over all classes of -log p.",
-         {"spread": "V-1"}),
+        ("smoothing_over_v_minus_1", "the smoothing mass is spread over the V - 1 wrong classes; in this course (as "
+         "in F.cross_entropy's label_smoothing) it is spread over all V classes, the right one included: "
+         "(1 - e) * nll + e * mean over all classes of -log p.", {"spread": "V-1"}),
+        ("smoothing_without_pad_column", "the smoothing mass is spread over the V - 2 classes that are neither the "
+         "right one nor <pad> (the Annotated Transformer's recipe); in this course (as in F.cross_entropy's "
+         "label_smoothing) it is spread over all V classes, <pad> and the right one included: (1 - e) * nll + e * "
+         "mean over all classes of -log p.", {"spread": "V-2"}),
         ("pad_in_mean", "padded positions count in the mean; average only over the positions whose target is not "
          "pad_id (sum of their costs / their number).", {"pad_in_mean": True}),
         ("loss_summed", "the cost is summed over positions; it is the mean over the non-pad positions.",
@@ -386,11 +392,22 @@ def batches(t: Tester):
                          if v[key].shape == have.shape and not torch.equal(v[key], value)]
                 cause = next((m for m, v in tried if torch.equal(have, v)), None)
                 text = f" Likely cause: {cause.text}" if cause else ""
-                t.fail(f"{label} should be {value.tolist()}, but it is {have.tolist()}.{text}",
-                       cause.id if cause else None, cause.text if cause else None)
+                t.fail(f"{label} {_first_difference(have, value)}{text}", cause.id if cause else None,
+                       cause.text if cause else None)
         if reply["args_after"][:2] != [src_ids, tgt_ids]:
             t.fail(f"{what} changed the lists it was given: build new lists, do not append to the caller's.",
                    "input_modified")
+
+
+def _first_difference(have, want) -> str:
+    """'should be [...], but it is [...].' for a small tensor; for a larger one (a [B, Lt, Lt] mask), the
+    first entry that differs, with that row of both."""
+    if want.numel() <= 16:
+        return f"should be {want.tolist()}, but it is {have.tolist()}."
+    idx = [int(i) for i in torch.nonzero(have != want)[0]]
+    row = tuple(idx[:-1])
+    return (f"differs first at {idx}: it is {have[tuple(idx)].item()}, it should be {want[tuple(idx)].item()}. "
+            f"Row {list(row)} should be {want[row].tolist()}, but it is {have[row].tolist()}.")
 
 
 @group("m5", "loss", provides=("label_smoothed_cross_entropy",))
@@ -575,7 +592,7 @@ def evaluate(t: Tester):
                    f"put back the mode it found.", "evaluate_mode_not_restored")
 
 
-@group("m5", "learning", depends=("loss", "schedule", "batches"))
+@group("m5", "learning", depends=("loss", "schedule", "batches", "train_step"))
 def learning(t: Tester):
     src = [[4 + (7 * i + 3 * j) % 8 for j in range(5)] for i in range(8)]
     batch = expected_batch(src, src)
@@ -583,9 +600,12 @@ def learning(t: Tester):
                 what="150 steps of `train_step` with `make_optimizer`")["value"]
     first, final = (judge_loss(got[k], batch) for k in ("first", "final"))
     if not final < 0.5:
-        t.fail(f"A Transformer(d_model=8, 1 layer) trained with your make_optimizer and train_step for 150 steps on "
-               f"one batch of 8 copy examples should overfit it (the course's code reaches a loss below 0.01; the "
-               f"limit is 0.5), but the grader measures its loss going from {first:.3f} to {final:.3f}.",
+        opt = "the correct make_optimizer" if "make_optimizer" in t.patches else "your make_optimizer"
+        above = (" Your train_step failed above: fix that first, the same mistake can stop learning."
+                 if "train_step" in t.failed_above else "")
+        t.fail(f"A Transformer(d_model=8, 1 layer) trained with your train_step and {opt} for 150 steps on one "
+               f"batch of 8 copy examples should overfit it (the course's code reaches a loss below 0.01; the limit "
+               f"is 0.5), but the grader measures its loss going from {first:.3f} to {final:.3f}.{above}",
                "does_not_learn")
 
 

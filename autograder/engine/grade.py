@@ -221,11 +221,12 @@ def _run_group(name, points, spec, groups, failed, session, m, seed) -> CheckRes
     patches = _patches(spec, groups, failed)
     if patches:
         callables = ", ".join(f"`{n}`" for n in patches)
-        owners = ", ".join(f"`{d}`" for d in spec.depends if d in failed)
+        owners = ", ".join(f"`{d}`" for d in spec.depends if d in failed and d in groups
+                           and set((*groups[d].provides, *failed[d])) & set(patches))
         result.stand_ins = tuple(patches)
         result.note = (f"Graded with a correct {callables} in place of yours (yours failed {owners}), so "
                        f"that mistake costs points only once.")
-    tester = Tester(session, spec, seed, m.modules[0], patches)
+    tester = Tester(session, spec, seed, m.modules[0], patches, tuple(d for d in spec.depends if d in failed))
     try:
         spec.fn(tester)
         if spec.style and tester.verified == 0:
