@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup build check demo test clean
+.PHONY: setup build check demo test test-fast train bench clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,18 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The inner loop: everything but training a model and nbgrader end to end.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Train the reference Transformer (about a minute on 2 cores) and report exact match.
+train: $(STAMP)
+	$(BIN)/course train --out runs/reference
+
+# Benchmarks behind the README's figures (medians over repeats; minutes).
+bench: $(STAMP)
+	$(BIN)/python -m autograder.benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache

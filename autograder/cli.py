@@ -59,15 +59,18 @@ def _parser() -> argparse.ArgumentParser:
                                    "with a progress bar, and report greedy exact match on the test split.")
     t.add_argument("--from", dest="source", metavar="DIR", help="folder holding your files of every milestone")
     t.add_argument("--task", choices=["copy", "reverse", "sort", "dates"], default="reverse")
-    t.add_argument("--out", metavar="DIR", default="train-out", help="where model.pt, training.png and summary.json go")
+    t.add_argument("--out", metavar="DIR", default="train-out",
+                   help="where model.pt, training.png, attention.png and summary.json go")
     t.add_argument("--steps", type=int, help="most training steps (training stops earlier once validation exact "
-                                              "match reaches 99.5%%)")
+                                              "match reaches 99.8%%)")
     t.add_argument("--seed", type=int, default=0)
     tr = sub.add_parser("translate", help="decode one input with a checkpoint written by `course train`",
-                        description="Decode TEXT greedily with CHECKPOINT (model.pt of `course train`).")
+                        description="Decode TEXT with CHECKPOINT (model.pt of `course train`): greedy, or beam "
+                                    "search with --beam (decoding.py needed).")
     tr.add_argument("checkpoint", metavar="CHECKPOINT")
     tr.add_argument("text", metavar="TEXT")
     tr.add_argument("--from", dest="source", metavar="DIR", help="the folder the model was trained --from")
+    tr.add_argument("--beam", type=int, metavar="K", help="beam search with K hypotheses instead of greedy")
     from .batch.cli import add_parsers as _batch_parsers
     _batch_parsers(sub)
     return p
@@ -104,7 +107,7 @@ def _train(course: config.Course, args) -> int:
     from . import train
     try:
         if args.command == "translate":
-            print(train.translate(course, Path(args.checkpoint), args.text, args.source))
+            print(train.translate(course, Path(args.checkpoint), args.text, args.source, args.beam))
             return 0
         overrides = {"task": args.task, "seed": args.seed}
         if args.task == "dates":
@@ -116,7 +119,7 @@ def _train(course: config.Course, args) -> int:
         print(f"course {args.command}: {e}", file=sys.stderr)
         return 1
     train.report(result)
-    print(f"Wrote {args.out}/model.pt, training.png and summary.json.")
+    print(f"Wrote {args.out}/model.pt, training.png, attention.png and summary.json.")
     return 0
 
 

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 # The settings CI trains the reference with: small, and past 99% exact match in about 1,000 steps.
 DEFAULTS = {"task": "reverse", "d_model": 64, "heads": 4, "layers": 2, "d_ff": 256, "dropout": 0.0, "batch": 64,
             "warmup": 100, "factor": 0.1, "smoothing": 0.0, "clip": None, "steps": 3000, "eval_every": 100,
-            "stop_at": 0.995, "n_train": 20000, "n_val": 500, "n_test": 1000, "seq_len": 10, "seed": 0,
+            "stop_at": 0.998, "n_train": 20000, "n_val": 1000, "n_test": 1000, "seq_len": 10, "seed": 0,
             "threads": 2, "beam": 4}
 STUDENT_MODULES = ("attention.py", "multihead.py", "blocks.py", "model.py", "training.py", "decoding.py")
 
@@ -116,29 +116,37 @@ def train(course: config.Course, source: Path | None, out: Path, overrides: dict
 
 
 def report(result: dict, stream=sys.stdout) -> None:
-    stream.write(f"Trained {result['steps']} steps in {result['train_seconds']:.0f} s; test split: "
+    kept = (f"; kept the weights of step {result['best_step']}, the best on the validation split"
+            if result.get("best_step", result["steps"]) != result["steps"] else "")
+    stream.write(f"Trained {result['steps']} steps in {result['train_seconds']:.0f} s{kept}; test split: "
                  f"{result['test_size']} inputs never seen in training.\n")
     stream.write(f"exact match (greedy): {result['exact_match_greedy']:.1%}\n")
     if "exact_match_beam" in result:
-        stream.write(f"exact match (beam 4): {result['exact_match_beam']:.1%}\n")
+        stream.write(f"exact match (beam {result.get('beam', 4)}): {result['exact_match_beam']:.1%}\n")
+    if "cached_same_as_greedy" in result:
+        n, total = result["cached_same_as_greedy"], result["test_size"]
+        stream.write(f"KV-cached greedy: {'identical' if n == total else 'DIFFERENT'} outputs on {n} of {total} test "
+                     f"inputs ({result['seconds']['cached']:.1f} s vs {result['seconds']['greedy']:.1f} s uncached)\n")
     for src, tgt, got in result["samples"][:4]:
         mark = "ok" if got == tgt else "WRONG"
         stream.write(f"  {src!r:>24} -> {got!r}  ({mark}; expected {tgt!r})\n")
     for temp, outs in (result.get("temperature_samples") or {}).items():
         stream.write(f"  sampled at temperature {temp}: {outs}\n")
+    stream.write(f"Attention heatmaps: {result.get('attention_png', 'not saved')}.\n")
     if result["exact_match_greedy"] < 0.99 and result["steps"] >= DEFAULTS["steps"]:
         stream.write("This model did not reach 99% exact match: the course's reference does on `reverse` in about "
                      "1,000 steps. Check train_step, the loss and make_batch (the tgt_in / tgt_out shift) with the "
                      "public tests of milestone 5.\n")
 
 
-def translate(course: config.Course, checkpoint: Path, text: str, source: Path | None = None) -> str:
-    """Decode `text` (greedy) with a checkpoint written by `course train`."""
+def translate(course: config.Course, checkpoint: Path, text: str, source: Path | None = None,
+              beam: int | None = None) -> str:
+    """Decode `text` (greedy, or beam search with `beam` hypotheses) with a checkpoint of `course train`."""
     work = Path(tempfile.mkdtemp(prefix="course-translate-"))
     try:
         assemble(course, Path(source).resolve() if source else None, work)
         checkpoint = Path(checkpoint).resolve()
-        conf = {"translate": text, "checkpoint": str(checkpoint), "threads": 1}
+        conf = {"translate": text, "checkpoint": str(checkpoint), "threads": 1, "beam": beam}
         cmd = _command(work, checkpoint.parent, conf)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     finally:

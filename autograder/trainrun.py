@@ -72,25 +72,30 @@ def greedy(model, src, src_mask, max_len, bos, eos, pad):
     return out
 
 
-def exact_match(model, pairs, tok, max_len, beam=None, batch=256):
-    """Share of pairs whose decoded output equals the target, and a few (source, target, output) samples."""
-    hits, samples = 0, []
+def decode_batch(model, b, tok, max_len, how="greedy", beam=4):
+    """Tokens [B, T] for a batch: the student's (or course's) decoding.py, or the course's own greedy."""
+    args = (model, b["src"], b["src_mask"], max_len, tok.bos_id, tok.eos_id, tok.pad_id)
+    if how == "beam":
+        return decoding.beam_search(*args, beam_size=beam)[0]
+    if how == "cached":
+        return decoding.greedy_decode_cached(*args)
+    return decoding.greedy_decode(*args) if decoding is not None else greedy(*args)
+
+
+def exact_match(model, pairs, tok, max_len, how="greedy", beam=4, batch=256):
+    """Share of pairs whose decoded output equals the target, a few (source, target, output) samples, and
+    the outputs themselves."""
+    hits, samples, outputs = 0, [], []
     for i in range(0, len(pairs), batch):
         chunk = pairs[i:i + batch]
         b = make_batch([s for s, _ in chunk], [t for _, t in chunk], tok.pad_id, tok.bos_id, tok.eos_id)
-        if beam:
-            tokens, _ = decoding.beam_search(model, b["src"], b["src_mask"], max_len, tok.bos_id, tok.eos_id,
-                                             tok.pad_id, beam_size=beam)
-        elif decoding is not None:
-            tokens = decoding.greedy_decode(model, b["src"], b["src_mask"], max_len, tok.bos_id, tok.eos_id, tok.pad_id)
-        else:
-            tokens = greedy(model, b["src"], b["src_mask"], max_len, tok.bos_id, tok.eos_id, tok.pad_id)
-        for (s, t), row in zip(chunk, tokens):
+        for (s, t), row in zip(chunk, decode_batch(model, b, tok, max_len, how, beam)):
             got = tok.decode(row)
+            outputs.append(got)
             hits += got == tok.decode(t)
             if len(samples) < 6:
                 samples.append((tok.decode(s), tok.decode(t), got))
-    return hits / max(1, len(pairs)), samples
+    return hits / max(1, len(pairs)), samples, outputs
 
 
 def main():
@@ -112,7 +117,7 @@ def main():
     except Exception as e:
         fail(stage, e)
     gen = torch.Generator().manual_seed(c["seed"])
-    history, t0, tokens_seen, best = [], time.monotonic(), 0, 0.0
+    history, t0, tokens_seen, best = [], time.monotonic(), 0, None
     evals = []
     step = 0
     for step in range(1, c["steps"] + 1):
@@ -132,12 +137,14 @@ def main():
         history.append((step, float(loss), optimizer.param_groups[0]["lr"]))
         if step % c["eval_every"] == 0 or step == c["steps"]:
             try:
-                em, _ = exact_match(model, val, tok, max_out)
+                em, _, _ = exact_match(model, val, tok, max_out)
                 val_loss = evaluate(model, [make_batch([s for s, _ in val[:256]], [t for _, t in val[:256]],
                                                         tok.pad_id, tok.bos_id, tok.eos_id)], tok.pad_id)
             except Exception as e:
                 fail("evaluation", e)
             evals.append((step, em, val_loss))
+            if best is None or em > best[1]:     # keep the best weights so far (accuracy oscillates late in training)
+                best = (step, em, {k: v.detach().clone() for k, v in model.state_dict().items()})
             elapsed = time.monotonic() - t0
             print(f"PROGRESS {json.dumps({'step': step, 'steps': c['steps'], 'loss': float(loss), 'val_em': em, 'val_loss': val_loss, 'tok_s': tokens_seen / max(elapsed, 1e-9), 'elapsed': elapsed})}", flush=True)
             if em >= c["stop_at"]:
@@ -146,13 +153,26 @@ def main():
             elapsed = time.monotonic() - t0
             print(f"PROGRESS {json.dumps({'step': step, 'steps': c['steps'], 'loss': float(loss), 'tok_s': tokens_seen / max(elapsed, 1e-9), 'elapsed': elapsed})}", flush=True)
     train_s = time.monotonic() - t0
+    if best is not None and best[0] != step:
+        model.load_state_dict(best[2])
     try:
-        em, samples = exact_match(model, test, tok, max_out)
-        result = {"task": c["task"], "steps": step, "train_seconds": round(train_s, 1), "test_size": len(test),
+        t_dec = time.monotonic()
+        em, samples, greedy_out = exact_match(model, test, tok, max_out)
+        result = {"task": c["task"], "steps": step, "best_step": best[0] if best else step,
+                  "train_seconds": round(train_s, 1), "test_size": len(test),
                   "exact_match_greedy": em, "samples": samples, "val": evals,
-                  "decoding": "decoding.py" if decoding is not None else "the course's greedy"}
+                  "decoding": "decoding.py" if decoding is not None else "the course's greedy",
+                  "seconds": {"greedy": round(time.monotonic() - t_dec, 2)}}
         if decoding is not None and c.get("beam"):
-            result["exact_match_beam"], _ = exact_match(model, test, tok, max_out, beam=c["beam"])
+            t_dec = time.monotonic()
+            result["beam"] = c["beam"]
+            result["exact_match_beam"], _, _ = exact_match(model, test, tok, max_out, how="beam", beam=c["beam"])
+            result["seconds"]["beam"] = round(time.monotonic() - t_dec, 2)
+        if decoding is not None and hasattr(decoding, "greedy_decode_cached"):
+            t_dec = time.monotonic()
+            result["exact_match_cached"], _, cached_out = exact_match(model, test, tok, max_out, how="cached")
+            result["seconds"]["cached"] = round(time.monotonic() - t_dec, 2)
+            result["cached_same_as_greedy"] = sum(a == b for a, b in zip(cached_out, greedy_out))
         if decoding is not None and hasattr(decoding, "sample_decode"):
             b = make_batch([s for s, _ in test[:3]], [t for _, t in test[:3]], tok.pad_id, tok.bos_id, tok.eos_id)
             result["temperature_samples"] = {}
@@ -166,6 +186,7 @@ def main():
     chars = "".join(tok.decode([i]) for i in range(4, tok.vocab_size))     # rebuilds the same vocabulary
     torch.save({"state_dict": model.state_dict(), "config": c, "texts": [chars]}, os.path.join(OUT, "model.pt"))
     _plot(history, evals, os.path.join(OUT, "training.png"))
+    result["attention_png"] = _attention(model, tok, splits.test[0][0], max_out, os.path.join(OUT, "attention.png"))
     with open(os.path.join(OUT, "summary.json"), "w") as f:
         json.dump(result, f, indent=2)
     print("RESULT " + json.dumps(result), flush=True)
@@ -181,11 +202,52 @@ def translate():
                             num_layers=c["layers"], d_ff=c["d_ff"], dropout=0.0, max_len=64)
         model.load_state_dict(ck["state_dict"])
         b = make_batch([tok.encode(CONF["translate"])], [[]], tok.pad_id, tok.bos_id, tok.eos_id)
-        decode = decoding.greedy_decode if decoding is not None else greedy
-        out = decode(model, b["src"], b["src_mask"], 40, tok.bos_id, tok.eos_id, tok.pad_id)
+        if CONF.get("beam") and decoding is None:
+            raise RuntimeError("--beam needs decoding.py (milestone 6)")
+        out = decode_batch(model, b, tok, 40, "beam" if CONF.get("beam") else "greedy", CONF.get("beam") or 4)
     except Exception as e:
         fail("translate", e)
     print("RESULT " + json.dumps({"output": tok.decode(out[0])}), flush=True)
+
+
+def _attention(model, tok, text, max_len, path):
+    """Heatmaps of the decoder's cross-attention (one row per layer, one column per head) while it writes
+    its own greedy output for `text`. Returns a sentence saying what was saved."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from attention import causal_mask
+        b = make_batch([tok.encode(text)], [[]], tok.pad_id, tok.bos_id, tok.eos_id)
+        out = decode_batch(model, b, tok, max_len)
+        ys = out[:, :-1]
+        model.eval()
+        with torch.no_grad():
+            model(b["src"], ys, b["src_mask"], causal_mask(ys.size(1)))
+        layers = model.decoder.layers
+        maps = [getattr(layer.cross_attn, "attn_weights", None) for layer in layers]
+        if any(not isinstance(w, torch.Tensor) or w.dim() != 4 for w in maps):
+            return "not saved: MultiHeadAttention keeps no attn_weights [B, H, Lq, Lk] after forward"
+        heads = maps[0].size(1)
+        fig, axes = plt.subplots(len(layers), heads, figsize=(2.2 * heads, 2.2 * len(layers)), squeeze=False)
+        src_chars = list(text)
+        ids = out[0, 1:].tolist()
+        ids = ids[: ids.index(tok.eos_id) + 1] if tok.eos_id in ids else ids      # up to <eos>, no pads
+        out_chars = [tok.decode([i]) if i != tok.eos_id else "<eos>" for i in ids]
+        for i, w in enumerate(maps):
+            for h in range(heads):
+                ax = axes[i][h]
+                ax.imshow(w[0, h, : len(out_chars), : len(src_chars)].float().numpy(), cmap="viridis", vmin=0, vmax=1)
+                ax.set_xticks(range(len(src_chars)), src_chars, fontsize=7)
+                ax.set_yticks(range(len(out_chars)), out_chars, fontsize=7)
+                ax.set_title(f"layer {i + 1}, head {h + 1}", fontsize=8)
+        fig.suptitle(f"cross-attention while writing {tok.decode(out[0])!r} from {text!r}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return f"saved for {text!r}"
+    except Exception as e:        # a picture must never cost the run
+        return f"not saved: {type(e).__name__}: {e}"[:200]
 
 
 def _plot(history, evals, path):

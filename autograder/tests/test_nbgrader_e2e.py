@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("nbgrader") is None,
-                                reason="nbgrader not installed (pip install -e '.[instructor]')")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("nbgrader") is None,
+                                 reason="nbgrader not installed (pip install -e '.[instructor]')")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
