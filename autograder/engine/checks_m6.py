@@ -689,8 +689,9 @@ def blame_helper(t: Tester, failure: CheckFailed):
     t.blame("_next_token_logits")
     what = "`_next_token_logits(model, ys [3, 5], memory, src_mask)`, the helper your decoding functions call,"
     if t.close(got["logits"], stepper(spec, src, src_mask, causal=False)(ys, torch.arange(3))):
-        t.fail(f"{failure} {what} decodes the prefix without the causal mask. Likely cause: {NO_MASK.text}",
-               NO_MASK.id, NO_MASK.text)
+        said = failure.cause == NO_MASK.id             # the tokens' message already gave the cause
+        t.fail(f"{failure} {what} decodes the prefix without the causal mask" +
+               ("." if said else f". Likely cause: {NO_MASK.text}"), NO_MASK.id, NO_MASK.text)
     t.fail(f"{failure} {what} gives wrong logits: it should return model.generator(model.decode(ys, memory, "
            f"src_mask, causal_mask(t))[:, -1]), the logits [B, V] of the token after the last position.",
            "next_token_logits_wrong", "the helper `_next_token_logits` gives wrong logits.")
