@@ -169,7 +169,7 @@ def release_warning(course: config.Course, m: config.Milestone) -> str:
         return ""
     files = ", ".join(f"{f} ({d.id})" for d in deps for f in d.files)
     return (f"NOTE: assignments/{m.folder}/ contains the working reference solution of {files}, so the "
-            f"folder runs on its own. Hand it out only after {', '.join(d.id for d in deps)} is due.")
+            f"folder runs on its own. Hand it out only after the deadline of {', '.join(d.id for d in deps)}.")
 
 
 def _grade(course: config.Course, args) -> int:

@@ -217,7 +217,7 @@ def greedy_decode_cached(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
     not edit the earlier milestones' files. Works for post-LN and pre-LN models.
 
     Graded: the tokens, the logits given to model.generator at each step (those of the uncached
-    decoder), and the work per step: the grader counts each step's multiply FLOPs
+    decoder), and the work per step: the grader counts each step's matrix-multiply FLOPs
     (torch.utils.flop_counter), which must be those of the newest position alone (its projections,
     attention over the cached positions and memory, feed-forward, generator), not growing with the
     prefix and with no projection of memory after the first step.

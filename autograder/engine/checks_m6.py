@@ -1026,7 +1026,7 @@ def kv_cache(t: Tester):
                 hint = (" It grows with the position: the step still runs the decoder (or the projections) over the "
                         "whole prefix; run it on the newest position only and append that position's keys and values "
                         "to the cache.")
-            t.fail(f"{what}: step {i + 1} used {used:,} multiply FLOPs (counted with torch.utils.flop_counter). The "
+            t.fail(f"{what}: step {i + 1} used {used:,} matrix-multiply FLOPs (torch.utils.flop_counter: 2 per multiply-add). The "
                    f"newest position alone needs {allowed:,} (its projections, attention over {t_pos} cached positions "
                    f"and {Ls} memory positions, feed-forward, generator); an uncached step at this position needs "
                    f"{uncached_step_flops(B, t_pos, Ls, 2):,}. Per step yours used {grown}.{hint}",

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+# autograd imports this (and sympy, ~0.6 s) at the judge's first gradient with a given grad_output; import
+# it now, while the sandboxed worker is still starting (course grade starts it before importing us).
+import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 from .. import config
 from . import checks

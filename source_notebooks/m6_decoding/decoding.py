@@ -1,0 +1,231 @@
+"""Milestone 6: generating output sequences with a trained Transformer.
+
+The model of milestone 4 predicts one token at a time: feed it the tokens generated so far,
+take the logits of the last position, choose the next token, append it, repeat. The ways of
+choosing:
+- greedy_decode:        the most likely token (argmax) at every step.
+- sample_decode:        a random draw, shaped by temperature, top-k and top-p (nucleus) filtering.
+- beam_search:          keep the beam_size most likely partial sequences, not just one.
+- greedy_decode_cached: greedy, but each step only runs the decoder on the newest position,
+                        reusing the keys and values computed at earlier steps (a KV cache).
+
+Common rules for every function here:
+- `model` is a Transformer of milestone 4 (encode, decode, generator). It runs in eval mode (no
+  dropout) under torch.no_grad() (or torch.inference_mode()); the mode the model was in (train or
+  eval) is put back before returning.
+- src [B, Ls] int64, src_mask bool [B, 1, Ls] (True = real token). Work on the whole batch at
+  once: a Python loop over time steps is expected, a loop over the B batch items is not (the
+  grader counts tensor operations for two batch sizes).
+- Every step's logits come from model.generator, called once per step on the rows being decoded
+  (the grader watches the steps there: no extra steps once every sequence has ended).
+- The result `tokens` is int64 [B, T] on src's device: column 0 is bos_id; after a sequence's
+  eos_id every later position is pad_id; T <= max_len + 1 (at most max_len generated tokens);
+  generation stops early, as soon as every sequence has produced eos_id. Trailing columns that are
+  pad_id in every row carry no meaning (you may or may not have them).
+- The decoder input at each step is the full prefix with the causal mask causal_mask(t) of
+  milestone 1 (positions after a sequence's eos only feed finished sequences, whose later tokens
+  are forced to pad_id anyway).
+"""
+import math
+
+import torch
+
+from attention import causal_mask, scaled_dot_product_attention
+from multihead import merge_heads, split_heads
+
+
+def _next_token_logits(model, ys, memory, src_mask):
+    """A helper for the functions below (optional): the logits [B, V] of the token that follows
+    the prefix ys [B, t], from memory [B, Ls, d_model] and src_mask [B, 1, Ls].
+
+    Runs model.decode on the whole prefix with the causal mask causal_mask(t) (on ys's device)
+    and applies model.generator to the last position only.
+    """
+    # TODO: causal mask [t, t] -> model.decode -> the last position [B, d_model] -> model.generator.
+    raise NotImplementedError("_next_token_logits is not implemented yet")
+
+
+def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    """Greedy decoding: at every step append the argmax of the last position's logits.
+
+    Args:
+        model: a Transformer of milestone 4.
+        src: [B, Ls] int64 source tokens; src_mask: [B, 1, Ls] bool.
+        max_len: the most tokens to generate after bos_id.
+        bos_id, eos_id, pad_id: special token ids.
+
+    Returns:
+        tokens [B, T] int64 (see the module docstring: starts with bos_id, pad_id after eos_id,
+        T <= max_len + 1, stops once every sequence has ended).
+
+    Example: if item 0 produces a, b, <eos> and item 1 produces c, d, e, <eos>, the result is
+        [[<bos>, a, b, <eos>, <pad>], [<bos>, c, d, e, <eos>]].
+    """
+    # TODO: remember model.training and switch to eval; under torch.no_grad(): encode once, start from
+    # TODO: a [B, 1] column of bos_id and a [B] "finished" flag; for up to max_len steps: logits of
+    # TODO: the last position -> argmax -> pad_id for finished rows -> append -> update finished
+    # TODO: -> stop when all are finished. Restore the mode (try/finally).
+    raise NotImplementedError("greedy_decode is not implemented yet")
+
+
+def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None,
+                  top_p=None, generator=None):
+    """Sampling: at every step draw the next token at random from the filtered distribution.
+
+    At each step, from the last position's logits [B, V]:
+      1. divide by temperature (< 1 sharpens, > 1 flattens);
+      2. top_k (if not None): keep the top_k largest logits of each row, the others become -inf
+         (all of them when top_k >= V);
+      3. top_p (if not None): on the softmax of what is left, keep the smallest set of most
+         probable tokens whose probabilities add up to at least top_p: sort descending, keep a
+         token when the total of the tokens before it is < top_p (so the token that crosses
+         top_p is kept, and the most probable token always is); the others become -inf;
+      4. probs = softmax of the result [B, V], then exactly ONE call per step
+         torch.multinomial(probs, 1, generator=generator) for the whole batch, every row
+         included (finished rows too; their draw is then replaced by pad_id). Same generator
+         seed -> same tokens.
+
+    Args:
+        as greedy_decode, plus
+        temperature: a float > 0.
+        top_k: None or an int >= 1.
+        top_p: None or a float in (0, 1].
+        generator: None or a torch.Generator passed to torch.multinomial.
+
+    Returns:
+        tokens [B, T] int64, as greedy_decode.
+
+    Raises:
+        ValueError: unless temperature > 0 (checked before any work).
+
+    With top_k=1 (or a tiny top_p) this gives greedy_decode's tokens.
+    """
+    # TODO: check temperature. Then the greedy loop, but the next token comes from:
+    # TODO: logits / temperature -> top-k mask (torch.topk) -> top-p mask (softmax, sort descending,
+    # TODO: keep a token while the total before it is < top_p, scatter the mask back to vocabulary
+    # TODO: order) -> softmax -> torch.multinomial(probs, 1, generator=generator).
+    raise NotImplementedError("sample_decode is not implemented yet")
+
+
+def length_penalty_score(sum_logprob, length, alpha):
+    """The GNMT length-normalised score sum_logprob / ((5 + length) / 6) ** alpha.
+
+    `length` counts the tokens after bos_id up to and including the first eos_id (max_len for a
+    hypothesis that never produced eos). Works on tensors (element-wise) and on Python numbers.
+    Example: ((5 + 10) / 6) ** 0.6 = 1.733, so a 10-token hypothesis with sum -3.466 scores -2.0.
+    """
+    return sum_logprob / ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4, length_penalty=0.6):
+    """Beam search, batched: all B items and their beam_size hypotheses at once, as B * beam_size
+    rows (no Python loop over the items; none is needed over the hypotheses either).
+
+    Every item keeps beam_size hypotheses (token prefixes), each with the sum of the
+    log-probabilities (log softmax of the generator's logits) of its tokens after bos_id.
+      - Start: hypothesis 0 is [bos_id] with score 0; the other beam_size - 1 slots start with
+        score -inf (they never win, and they do not count as unfinished).
+      - Each step: every unfinished hypothesis is extended by every token of the vocabulary,
+        score + log p(token); a finished hypothesis (one that has produced eos_id) can only be
+        extended by pad_id, at no cost (score unchanged). Of these beam_size x V candidates the
+        beam_size with the largest summed log-probability are kept (torch.topk over the flattened
+        beam x vocabulary axis).
+      - Stop when every hypothesis is finished (ignoring the -inf slots), or after max_len steps.
+      - Result per item: the hypothesis with the best length-normalised score
+        length_penalty_score(sum_logprob, n, length_penalty), n = tokens after bos_id up to and
+        including its first eos_id, or max_len for a hypothesis still unfinished at the end
+        (such a hypothesis can win).
+
+    Args:
+        as greedy_decode, plus
+        beam_size: hypotheses per item (>= 1).
+        length_penalty: alpha of the GNMT penalty ((5 + n) / 6) ** alpha; 0 = no normalisation.
+
+    Returns:
+        (tokens [B, T] int64, scores [B]): tokens as in greedy_decode (bos_id first, pad_id after
+        eos_id, T <= max_len + 1); scores are the winners' normalised scores, in the model's
+        floating dtype. With beam_size=1 the tokens are greedy_decode's tokens. An item's result
+        does not depend on the other items of the batch.
+    """
+    # TODO: encode once; repeat memory and src_mask beam_size times per item ([B*K, ...], repeat_interleave).
+    # TODO: state: tokens [B, K, t], scores [B, K] (0 for slot 0, -inf for the others), finished [B, K],
+    # TODO: lengths [B, K]. Each step: log_softmax of the last position's logits -> [B, K, V]; finished
+    # TODO: rows: 0 at pad_id and -inf elsewhere; candidates = scores[..., None] + logp -> [B, K*V];
+    # TODO: topk(K) -> beam index (// V) and token (% V); gather tokens/finished/lengths of the chosen
+    # TODO: beams, append the tokens, update finished and lengths. At the end pick the best normalised score.
+    raise NotImplementedError("beam_search is not implemented yet")
+
+
+class KVCache:
+    """Keys and values kept between the steps of greedy_decode_cached, for every decoder layer.
+
+    Your own design: nothing about this class is graded, only greedy_decode_cached's tokens and
+    the work it does per step. One possible layout, per decoder layer i:
+        self_k[i], self_v[i]:   [B, H, t, d_k] self-attention keys/values of positions 0..t-1,
+                                growing by one position per step
+        cross_k[i], cross_v[i]: [B, H, Ls, d_k] cross-attention keys/values of memory, computed
+                                once before the first step
+    """
+
+    def __init__(self, num_layers):
+        # TODO: create the per-layer storage.
+        raise NotImplementedError("KVCache.__init__ is not implemented yet")
+
+    def append_self(self, i, k, v):
+        """Add the keys/values [B, H, 1, d_k] of the newest position to layer i; return all of them
+        so far, [B, H, t, d_k] each."""
+        # TODO: concatenate along the position dimension (or store the first one).
+        raise NotImplementedError("KVCache.append_self is not implemented yet")
+
+
+def _attend(attn, x, k, v, mask):
+    """One MultiHeadAttention of milestone 2 for the query positions x [B, Lq, d_model], with keys and
+    values already projected and split into heads ([B, H, Lk, d_k]). mask: None or bool
+    broadcastable to [B, H, Lq, Lk], e.g. [B, 1, 1, Lk]. Returns [B, Lq, d_model], as attn(x, ., .) would.
+    """
+    # TODO: project and split the queries with attn.w_q, attend (milestone 1), merge heads, attn.w_o.
+    raise NotImplementedError("_attend is not implemented yet")
+
+
+def _decoder_layer_step(layer, x, i, cache, src_mask):
+    """One DecoderLayer of milestone 3 for the newest position only: x [B, 1, d_model] -> [B, 1, d_model].
+
+    Eval mode only (no dropout). The newest position may attend to every cached position, so the
+    self-attention needs no mask; src_mask [B, 1, 1, Ls] (or None) masks the cross-attention.
+    """
+    # TODO: the same sub-layers, norms and residuals as DecoderLayer.forward (both norm_first cases),
+    # TODO: but self-attention projects keys/values of the new position only, appends them to the cache
+    # TODO: and attends to all cached ones; cross-attention uses the cached memory keys/values.
+    raise NotImplementedError("_decoder_layer_step is not implemented yet")
+
+
+def greedy_decode_cached(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    """greedy_decode with a KV cache: the same tokens, far less work per step.
+
+    Before the first step, compute every decoder layer's cross-attention keys and values of
+    `memory` once (layer.cross_attn.w_k / w_v, split into heads). Each step then runs the decoder
+    on the newest position only ([B, 1, d_model]: its token embedding plus the positional encoding
+    row of its position, model.pos_encoding.pe[t]), layer by layer: self-attention projects the
+    new position's keys and values, appends them to the cache and attends over all cached
+    positions; cross-attention uses the cached memory keys and values. After the last layer comes
+    the decoder's final norm (when there is one), then model.generator gives the logits whose
+    argmax is the next token.
+
+    Build it from the existing modules as they are: the layer's submodules (self_attn and
+    cross_attn with w_q, w_k, w_v, w_o and num_heads; norm1..norm3; feed_forward; norm_first),
+    split_heads / merge_heads of milestone 2 and scaled_dot_product_attention of milestone 1. Do
+    not edit the earlier milestones' files. Works for post-LN and pre-LN models.
+
+    Graded: the tokens, the logits given to model.generator at each step (those of the uncached
+    decoder), and the work per step: the grader counts each step's matrix-multiply FLOPs
+    (torch.utils.flop_counter), which must be those of the newest position alone (its projections,
+    attention over the cached positions and memory, feed-forward, generator), not growing with the
+    prefix and with no projection of memory after the first step.
+
+    Args and return value: as greedy_decode (same rules: eval mode restored, no_grad, batched,
+    stops once every sequence has ended).
+    """
+    # TODO: eval + no_grad as before; encode; fill the cross-attention part of a KVCache.
+    # TODO: loop: x = tgt_embed(last token) + pe row of its position; run _decoder_layer_step for each
+    # TODO: layer; final norm if any; generator; argmax; same finishing logic as greedy_decode.
+    raise NotImplementedError("greedy_decode_cached is not implemented yet")
