@@ -39,7 +39,8 @@ train: $(STAMP)
 
 # Benchmarks behind the README's figures (medians over repeats; minutes).
 bench: $(STAMP)
-	$(BIN)/python -m autograder.benchmarks
+	$(BIN)/python -m autograder.bench
+	$(BIN)/python -m autograder.bench_model
 
 clean:
 	rm -rf $(VENV) .pytest_cache
