@@ -24,7 +24,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from .engine import sandbox
 
-KERNEL_UID = sandbox.BASE_UID + 200       # never the uid of a grading slot (its kill would reach us)
+KERNEL_UID = sandbox.BASE_UID - 1         # below every grading slot's uid (a slot's kill would reach us)
 KERNEL_LIMITS = {"memory": 6 * 1024 ** 3, "nproc": 128, "nofile": 1024, "fsize": 256 * 1024 ** 2, "core": 0}
 KERNEL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl",
               "IPYTHONDIR": "/tmp/ipython", "MPLBACKEND": "module://matplotlib_inline.backend_inline",

@@ -592,6 +592,8 @@ def evaluate(t: Tester):
                    f"put back the mode it found.", "evaluate_mode_not_restored")
 
 
+# The student's own train_step, by the contract (no stand-in): a wrong train_step that also stops
+# learning loses these points too, and the message says where the cause was found.
 @group("m5", "learning", depends=("loss", "schedule", "batches", "train_step"))
 def learning(t: Tester):
     src = [[4 + (7 * i + 3 * j) % 8 for j in range(5)] for i in range(8)]
@@ -622,7 +624,7 @@ def judge_loss(params, batch) -> float:
         raise CheckFailed(f"After training, the model's parameters no longer have their shapes ({e}).") from None
 
 
-@group("m5", "from_scratch", depends=("loss",), style=True)
+@group("m5", "from_scratch", style=True)      # judges the student's own loss: never a stand-in
 def from_scratch(t: Tester):
     counts = {}
     for label, shape in (("base", (2, 3, V)), ("the batch grew from 2 to 5", (5, 3, V)),

@@ -17,6 +17,7 @@ left behind (confine.py). Output beyond `output_limit` bytes ends the worker wit
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -35,7 +36,8 @@ from .client import Worker
 HERE = Path(__file__).resolve().parent
 CONFINE_SOURCE = (HERE / "confine.py").read_text()
 SERVER_SOURCE = CONFINE_SOURCE + "\n" + (HERE / "forkserver.py").read_text()
-BASE_UID = 61000          # slot i runs student code as uid BASE_UID + i when the grader is root
+BASE_UID = 61000          # slots run student code as uids from BASE_UID up when the grader is root
+UID_RANGE = 4096
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ class Slot:
         for d in (self.root, self.sub, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
-        self.drop_uid = BASE_UID + index if os.geteuid() == 0 else None
+        self.drop_uid, self._uid_lock = _claim_uid(index) if os.geteuid() == 0 else (None, None)
         self._lock = threading.Lock()
         self._cond = threading.Condition()
         self._status: dict[int, int | None] = {}
@@ -355,6 +357,27 @@ class Slot:
             self.server.wait(timeout=5)
         if self.server.stderr:
             self.server.stderr.close()
+        if self._uid_lock is not None:          # every process of that uid is gone: free it
+            os.close(self._uid_lock)
+            self._uid_lock = None
+
+
+def _claim_uid(index: int) -> tuple[int, int]:
+    """An unprivileged uid that no other grader on this machine holds (an flock held for the slot's life).
+    The fork server ends a worker by killing every process of the slot's uid; without bubblewrap's pid
+    namespace that reaches the whole machine, so two graders (two nbgrader runs, a class and a single
+    grade) must never share one. Returns (uid, the lock's fd)."""
+    folder = Path(tempfile.gettempdir()) / "course-grader-uids"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for k in range(UID_RANGE):
+        uid = BASE_UID + (index + k) % UID_RANGE
+        fd = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return uid, fd
+        except OSError:
+            os.close(fd)
+    raise RuntimeError(f"every grading uid from {BASE_UID} to {BASE_UID + UID_RANGE - 1} is in use")
 
 
 def _wipe(path: Path, inside: Path, keep: set[Path] = frozenset()):
