@@ -77,6 +77,8 @@ def bundle_files(course: config.Course, mid: str) -> dict[str, bytes]:
 
 def write_bundle(course: config.Course, mid: str, out: Path | str) -> Path:
     out = Path(out)
+    if out.is_dir():                     # --out FOLDER: the zip goes inside, under its usual name
+        out = out / f"gradescope-{mid}.zip"
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in sorted(bundle_files(course, mid).items()):
