@@ -10,6 +10,7 @@ import pytest
 
 from autograder import config
 from autograder.engine.grade import grade
+from derived import subject_text
 
 HERE = Path(__file__).resolve().parent
 COURSE = config.load()
@@ -27,7 +28,7 @@ def grade_text(milestone: str, text: str, course=None, seed=None, name="case"):
 
 
 def subjects(milestone: str) -> dict[str, Path]:
-    """Every file the grader is tested against, by kind/name."""
+    """Every file the grader is tested against, by kind/name (read them with `text_of`)."""
     m = COURSE.milestone(milestone)
     found = {
         "reference": COURSE.root / "solutions" / m.folder / m.files[0],
@@ -39,6 +40,11 @@ def subjects(milestone: str) -> dict[str, Path]:
     for p in sorted((COURSE.root / "autograder" / "samples" / milestone).glob(f"*/{m.files[0]}")):
         found[f"samples/{p.parent.name}"] = p
     return found
+
+
+def text_of(milestone: str, path: Path) -> str:
+    """The whole submission a subject file stands for (see derived.py for files with a BASE line)."""
+    return subject_text(path, COURSE, milestone)
 
 
 _cache: dict[str, dict] = {}
@@ -59,7 +65,7 @@ def graded(milestone: str) -> dict:
             for name, path in subjects(milestone).items():
                 folder = staging / "class" / name.replace("/", "__")
                 folder.mkdir(parents=True)
-                shutil.copy(path, folder / m.files[0])
+                (folder / m.files[0]).write_text(text_of(milestone, path))
                 names[folder.name] = name
             run = grade_class(staging / "class", milestone, staging / "out", jobs=2, progress=False, course=COURSE)
             _cache[milestone] = {names[student]: r for student, r in run.results.items()}

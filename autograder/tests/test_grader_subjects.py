@@ -6,6 +6,7 @@ import re
 import pytest
 
 from conftest import COURSE, graded, subjects
+from derived import base_of, base_text, chunks
 
 # Every milestone whose hidden checks exist (course.yaml lists them; engine/checks_<id>.py holds them).
 MILESTONES = [m.id for m in COURSE.milestones if (COURSE.root / "autograder" / "engine" / f"checks_{m.id}.py").is_file()]
@@ -295,6 +296,20 @@ def test_mutant_gets_its_diagnosis_and_no_wrong_one(milestone, name):
         return
     assert want[0] in named, f"{name}: the report should name {want[0]}; it named {named or 'nothing'}"
     assert named <= set(want), f"{name}: the report names {named - set(want)}, which this mutant does not have"
+
+
+def _derived_cases():
+    return [(m, n) for m in MILESTONES for n, p in subjects(m).items() if "/" in n and base_of(p)]
+
+
+@pytest.mark.parametrize("milestone, name", _derived_cases())
+def test_a_derived_subject_replaces_code_of_its_base(milestone, name):
+    """A file with a BASE line must replace at least one statement of its base with different code:
+    had the base renamed that function, the file would silently become its base plus dead code."""
+    path = subjects(milestone)[name]
+    base = dict(chunks(base_text(path, COURSE, milestone))[0])
+    replaced = [k for k, t in chunks(path.read_text())[0] if k != "__doc__" and k in base and base[k] != t]
+    assert replaced, f"{name} replaces nothing of {base_of(path)}: does it still name the right functions?"
 
 
 @pytest.mark.parametrize("milestone", MILESTONES)

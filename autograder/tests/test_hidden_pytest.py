@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -10,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from autograder import cli
-from conftest import COURSE, subjects
+from conftest import COURSE, subjects, text_of
 
 GRADED = [m for m in COURSE.milestones if (COURSE.root / "autograder" / "engine" / f"checks_{m.id}.py").is_file()]
 
@@ -33,7 +32,7 @@ def _folder(tmp_path, milestone, source):
     m = COURSE.milestone(milestone)
     folder = tmp_path / "submission"
     folder.mkdir(exist_ok=True)
-    shutil.copy(source, folder / m.files[0])
+    (folder / m.files[0]).write_text(text_of(milestone, source))
     return folder
 
 
