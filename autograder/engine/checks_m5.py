@@ -9,7 +9,6 @@ stand-ins, so train_step, evaluate and learning are graded on their own merits w
 """
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 
@@ -93,7 +92,7 @@ def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad
     return cost.sum() / counted.sum()
 
 
-for _id, _text, _dev in (
+CATALOGUE.deviations("loss", _loss_variant, (
         ("pad_in_mean", "padded positions count in the mean (their cost is left out of the sum but not of the "
          "count): divide by the number of non-pad positions.", {"pad_counted": True}),
         ("smoothing_over_v_minus_1", "the smoothing mass is spread over the V - 1 wrong classes; in this course (as "
@@ -110,8 +109,7 @@ for _id, _text, _dev in (
         ("mean_of_sequence_means", "the mean is taken per sequence, then over sequences; it is one mean over all "
          "non-pad positions (sequences with more tokens weigh more).", {"reduce": "per_sequence"}),
         ("smoothing_ignored", "the `smoothing` argument has no effect: cost = (1 - e) * nll + e * mean over the "
-         "classes of -log p.", {"ignore_smoothing": True})):
-    CATALOGUE.entry("loss", _id, _text)(functools.partial(_loss_variant, **_dev))
+         "classes of -log p.", {"ignore_smoothing": True})))
 
 
 @CATALOGUE.entry("loss", "loss_overflow", "log(softmax) computed as log(exp(x) / sum exp(x)) overflows for large "
@@ -126,7 +124,7 @@ def _naive_loss(logits, target, smoothing=0.0, pad_id=None):
     return torch.where(keep, cost, torch.zeros_like(cost)).sum() / keep.sum()
 
 
-for _id, _text, _dev in (
+CATALOGUE.deviations("batch", expected_batch, (
         ("targets_not_shifted", "tgt_out is the same sequence as tgt_in: the decoder must predict the NEXT token, so "
          "tgt_in = <bos> + target and tgt_out = target + <eos> (teacher forcing with a shift).", {"shift": False}),
         ("bos_in_tgt_out", "tgt_out starts with <bos>; it is target + <eos> (the prediction at position t is the "
@@ -136,8 +134,7 @@ for _id, _text, _dev in (
         ("tgt_mask_without_padding", "tgt_mask is causal only: padded target keys must be blocked too, "
          "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"tgt_padding_in_mask": False}),
         ("pad_rows_blocked", "padded query rows are blocked too; only padded keys (columns) are: "
-         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True})):
-    CATALOGUE.entry("batch", _id, _text)(functools.partial(expected_batch, **_dev))
+         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True})))
 
 
 # ---- stand-ins ----------------------------------------------------------------------------------

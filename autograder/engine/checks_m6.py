@@ -476,12 +476,9 @@ _SAMPLING = (
      "vocabulary order with the sort's indices (mask.scatter(-1, sorted_indices, keep_sorted)).",
      {"p_unscattered": True}),
 )
-_SAMPLING_DEVIATIONS = [(Mistake(_id, _text), _dev) for _id, _text, _dev in _SAMPLING]
-for _id, _text, _dev in _SAMPLING:
-    CATALOGUE.entry("sampling", _id, _text)(functools.partial(
-        lambda logits, temperature, top_k, top_p, _dev: filtered_probs(logits, temperature, top_k, top_p, **_dev), _dev=_dev))
+_SAMPLING_DEVIATIONS = CATALOGUE.deviations("sampling", filtered_probs, _SAMPLING)
 
-for _id, _text, _dev in (
+CATALOGUE.deviations("beam", judge_beam, (
         ("duplicate_start_beams", "the search starts with beam_size copies of [<bos>], all at score 0, so the beam "
          "fills with duplicates; start from one hypothesis: slot 0 at score 0, the others at -inf.",
          {"dup_start": True}),
@@ -502,9 +499,7 @@ for _id, _text, _dev in (
          "beam_size best by summed log-probability, and normalise only to choose the final result.",
          {"norm_each_step": True}),
         ("stops_when_best_finished", "the search stops as soon as the best hypothesis has finished; it goes on "
-         "until every hypothesis has (or max_len steps).", {"stop_top": True})):
-    CATALOGUE.entry("beam", _id, _text)(functools.partial(
-        lambda step, B, max_len, K, alpha, _dev: judge_beam(step, B, max_len, K, alpha, **_dev), _dev=_dev))
+         "until every hypothesis has (or max_len steps).", {"stop_top": True})))
 
 _CACHED = (
         ("cache_without_new_position", "the newest position does not attend to itself: its own key and value must "

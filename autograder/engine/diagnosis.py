@@ -10,6 +10,7 @@ Three steps, simplest explanation first:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -43,6 +44,15 @@ class Catalogue:
             self.entries.setdefault(kind, []).append((Mistake(mid, text), fn))
             return fn
         return register
+
+    def deviations(self, kind: str, judge: Callable, table) -> list[tuple[Mistake, dict]]:
+        """Register each (id, text, switches) of `table` as `judge(*args, **switches)`: a mistake that
+        is the right computation with some switches flipped. Returns [(mistake, switches)]."""
+        out = []
+        for mid, text, switches in table:
+            self.entry(kind, mid, text)(functools.partial(judge, **switches))
+            out.append((self.entries[kind][-1][0], switches))
+        return out
 
     def mistakes(self) -> dict[str, Mistake]:
         return {m.id: m for items in self.entries.values() for m, _ in items}
