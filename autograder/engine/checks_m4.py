@@ -9,7 +9,6 @@ its own merits when a part is wrong (the layers themselves are milestone 3's ref
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -18,7 +17,7 @@ from torch import nn
 
 from .checks import CheckFailed, Tester, group, shape_str, stand_ins
 from .checks_m3 import HEADS, _masks, _sub, layer_fn, layer_params, torch_layer
-from .diagnosis import Catalogue, Mistake
+from .diagnosis import Catalogue
 
 CATALOGUE = Catalogue("m4")
 PARTS = ("positional_table", "positional_module", "embedding", "stacks")
@@ -46,7 +45,7 @@ def pe_table(max_len, d, *, swap=False, concat=False, exponent="2i", start=0, mu
     return table
 
 
-for _id, _text, _dev in (
+CATALOGUE.deviations("pe", pe_table, (
         ("pe_sin_cos_swapped", "sin and cos are swapped: even columns (2i) hold sines, odd columns (2i + 1) cosines.",
          {"swap": True}),
         ("pe_not_interleaved", "the sines fill the first half of the columns and the cosines the second; they are "
@@ -58,8 +57,7 @@ for _id, _text, _dev in (
          "share the frequency 10000^(2i / d_model).", {"exponent": "column"}),
         ("pe_positions_from_1", "positions start at 1; they start at 0 (row 0 is [0, 1, 0, 1, ...]).", {"start": 1}),
         ("pe_multiplied", "pos is multiplied by 10000^(2i / d_model); it is divided: pos / 10000^(2i / d_model).",
-         {"multiply": True})):
-    CATALOGUE.entry("pe", _id, _text)(functools.partial(lambda max_len, d, _dev: pe_table(max_len, d, **_dev), _dev=_dev))
+         {"multiply": True})))
 
 
 def pe_tolerance(max_len):
@@ -571,14 +569,15 @@ def size_tying(t: Tester):
         reply = t.module("Transformer", (37000, 37000), kwargs, param_values=False, device="meta")
         label = "Transformer(37000, 37000" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
         tied = [set(g) for g in reply["tied"]]
+        shared = "; ".join(" = ".join(sorted(g)) for g in tied)     # sorted: the same words every run
         three = {"src_embed.embedding.weight", "tgt_embed.embedding.weight", "generator.weight"}
         if kwargs.get("tie_embeddings") and not any(three <= g for g in tied):
             t.fail(f"In {label}, src_embed.embedding.weight, tgt_embed.embedding.weight and generator.weight should be "
                    f"one and the same Parameter (assign it: self.generator.weight = self.tgt_embed.embedding.weight); "
-                   f"they are {'separate objects (copied values?)' if not tied else 'tied only in part: ' + str(tied)}.",
+                   f"they are {'tied only in part: ' + shared if tied else 'separate objects (copied values?)'}.",
                    "tying_by_copy")
         if not kwargs.get("tie_embeddings") and tied:
-            t.fail(f"{label} without tie_embeddings shares {tied}: the three tables are separate unless tying is asked.",
+            t.fail(f"{label} without tie_embeddings shares {shared}: the three tables are separate unless tying is asked.",
                    "tied_by_default")
         if reply["param_count"] != want:
             t.fail(f"{label} has {reply['param_count']:,} parameters; the architecture of the paper has {want:,} "
