@@ -19,7 +19,6 @@ import traceback
 FOLDER, OUT = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
 CONF = json.loads(sys.argv[3])
 sys.path.insert(0, FOLDER)
-MODULES = ("attention", "multihead", "blocks", "model", "training", "data", "decoding")
 
 
 def fail(stage, exc):
