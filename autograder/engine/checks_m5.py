@@ -379,21 +379,29 @@ def batches(t: Tester):
         for key, value in want.items():
             have = got.get(key)
             label = f"{what}[{key!r}]"
+            # A known mistake may change the shape too (<bos> in tgt_out adds a column): look it up first.
+            cause = None if _same(have, value) else next(
+                (m for m, v in CATALOGUE.tried("batch", src_ids, tgt_ids) if _same(have, v[key])), None)
+            text = f" Likely cause: {cause.text}" if cause else ""
+            if cause and have.shape != value.shape:
+                t.fail(f"{label} should have shape {shape_str(value.shape)}, but it has shape "
+                       f"{shape_str(have.shape)}.{text}", cause.id, cause.text)
             have = t.expect_tensor(have, label, shape=value.shape)
             if have.dtype != value.dtype:
                 t.fail(f"{label} has dtype {str(have.dtype).replace('torch.', '')}; it should be "
                        f"{str(value.dtype).replace('torch.', '')} ({'masks are bool' if value.dtype == torch.bool else 'ids are int64'}).",
                        "batch_dtype")
             if not torch.equal(have, value):
-                tried = [(m, v[key]) for m, v in CATALOGUE.tried("batch", src_ids, tgt_ids)
-                         if v[key].shape == have.shape and not torch.equal(v[key], value)]
-                cause = next((m for m, v in tried if torch.equal(have, v)), None)
-                text = f" Likely cause: {cause.text}" if cause else ""
                 t.fail(f"{label} {_first_difference(have, value)}{text}", cause.id if cause else None,
                        cause.text if cause else None)
         if reply["args_after"][:2] != [src_ids, tgt_ids]:
             t.fail(f"{what} changed the lists it was given: build new lists, do not append to the caller's.",
                    "input_modified")
+
+
+def _same(a, b) -> bool:
+    """Same shape, dtype and values (torch.equal alone ignores the dtype)."""
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
 def _first_difference(have, want) -> str:
@@ -530,8 +538,11 @@ def train_step(t: Tester):
     _, losses = judge_steps(p, batches_, 3)
     for i, (a, b) in enumerate(zip(got["returned"], losses)):
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
-            t.fail(f"Call {i + 1} of {what} returned {a:.10g}; the loss of that batch before the update is {b:.10g}.",
-                   "wrong_loss_returned")
+            n = int((batches_[i % len(batches_)]["tgt_out"] != PAD).sum())
+            total = (f" That is the loss times the batch's {n} non-pad target tokens (a total): return the mean."
+                     if math.isclose(a, b * n, rel_tol=1e-9) else "")
+            t.fail(f"Call {i + 1} of {what} returned {a:.10g}; the loss of that batch before the update is "
+                   f"{b:.10g}.{total}", "wrong_loss_returned")
     if not got["training"]:
         t.fail(f"After {what} the model is in eval mode: train_step must call model.train() (dropout is part of "
                f"training).", "eval_mode_in_train")
