@@ -596,10 +596,19 @@ def sources(t: Tester, lengths, Ls=None):
     return src, keep[:, None, :]
 
 
+GENERATOR_BY_HAND = Mistake("generator_not_used", "the code reads model.generator's weight or bias instead of "
+                            "calling it: compute the logits with model.generator(x) (the checks' scripted models "
+                            "have a generator without a weight, and they watch the steps there).")
+
+
 def decode(t: Tester, spec, func, src, src_mask, max_len, what, train=True, **kw):
-    kwargs = kw.pop("kwargs", {})
+    kwargs, also = kw.pop("kwargs", {}), kw.pop("crash", None)
+
+    def crash(reply):      # an error only a generator used by hand raises on the scripted models
+        scripted = "'OracleHead' object has no attribute" in (reply.get("message") or "")
+        return (also and also(reply)) or (GENERATOR_BY_HAND if scripted else None)
     return t.run(recipe_decode, spec, func, src, src_mask, max_len, kwargs, train, what=what, helpers=HELPERS,
-                 **kw)["value"]
+                 crash=crash, **kw)["value"]
 
 
 def call_text(func, B, max_len, extra=""):
@@ -659,6 +668,9 @@ def check_greedy_like(t: Tester, func, spec, src, src_mask, max_len, label, *, c
 
 def expect_early_stop(t: Tester, got, what, rows_per_step, steps):
     ran = steps_run(got, rows_per_step)
+    if ran == 0:          # right tokens, but the steps cannot be watched: the rule the docstring states
+        t.fail(f"{what} never called model.generator: compute each step's logits with model.generator(...) "
+               f"(the checks observe the steps there).", "generator_not_used")
     if ran > steps:
         t.fail(f"{what} ran {ran} decoding steps (seen at model.generator); every sequence had ended after {steps}: "
                f"stop the loop as soon as all of them have produced <eos>.", "no_early_stop")
