@@ -6,10 +6,11 @@ carrying hundreds of copied lines each, such a file names its base in its docstr
     BASE: reference                      the milestone's reference, solution markers removed
     BASE: correct/m6/blind_student.py    a whole file under autograder/tests/ (itself without BASE)
 
-and holds only the top-level statements that differ. Assembling walks the base in order: each
-def, class or assignment of the file replaces the base's one of the same name (imports and other
-statements match by their text); one the base lacks goes just before the next replaced one, or at
-the end; the file's docstring replaces the base's. A file without a BASE line is a whole submission.
+and holds only the top-level statements that differ, without their docstrings (they change no
+grade). Assembling walks the base in order: each def, class or assignment of the file replaces the
+base's one of the same name (imports and other statements match by their text); one the base lacks
+goes just before the next replaced one, or at the end; the file's docstring replaces the base's.
+A file without a BASE line is a whole submission.
 """
 from __future__ import annotations
 
@@ -60,6 +61,17 @@ def assemble(base: str, override: str) -> str:
         out += new_before.get(key, [])
         out.append(replaced.get(key, text))
     return "".join(out + pending) + tail
+
+
+def code(text: str) -> str:
+    """What runs: the syntax tree without docstrings or other bare strings (which derived files leave out)."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                                 and isinstance(s.value.value, str))] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def base_of(path: Path) -> str | None:

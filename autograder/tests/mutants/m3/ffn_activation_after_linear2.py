@@ -8,26 +8,6 @@ BASE: reference
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network: linear2(dropout(activation(linear1(x)))).
-
-    The same two-layer network is applied to every position separately.
-
-    Args:
-        d_model: input and output width.
-        d_ff: hidden width (4 * d_model in the paper: 512 -> 2048).
-        dropout: dropout probability on the hidden activations (after the activation, before
-            linear2), in training mode only.
-        activation: "relu" or "gelu" (lowercase). "gelu" is the exact, erf-based GELU
-            (F.gelu with its default approximate="none"), not the tanh approximation.
-
-    Submodules:
-        linear1: nn.Linear(d_model, d_ff)
-        linear2: nn.Linear(d_ff, d_model)
-
-    Raises:
-        ValueError: in the constructor, for any other activation; the message names the allowed
-            values "relu" and "gelu".
-    """
 
     def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
         super().__init__()
@@ -39,7 +19,6 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        """x [..., d_model] -> [..., d_model]."""
         h = self.linear1(x)                                      # [..., d_ff]
         y = self.linear2(self.dropout(h))
         return F.relu(y) if self.activation == "relu" else F.gelu(y)

@@ -8,8 +8,6 @@ BASE: reference
 
 
 class Decoder(nn.Module):
-    """A stack of `num_layers` DecoderLayers, run in order. Arguments and `layers` / `norm` as in
-    Encoder, with DecoderLayer."""
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu",
                  norm_first=False):
@@ -21,16 +19,6 @@ class Decoder(nn.Module):
         self.norm = LayerNorm(d_model) if norm_first else None
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        """Run the stack.
-
-        Args:
-            x: [B, Lt, d_model]; memory: [B, Ls, d_model] (the encoder output, the same for every layer).
-            src_mask: None or bool broadcastable to [B, Lt, Ls]; tgt_mask: None or bool
-                broadcastable to [B, Lt, Lt]. None means no mask: no causal mask is added for you.
-
-        Returns:
-            [B, Lt, d_model]
-        """
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, src_mask)                          # [B, Lt, d_model]
         if self.norm is not None:

@@ -8,18 +8,6 @@ BASE: reference
 
 
 class PositionalEncoding(nn.Module):
-    """Adds the sinusoidal table to a batch of embeddings, then applies dropout.
-
-    Args:
-        d_model: width of the embeddings.
-        max_len: longest sequence supported.
-        dropout: dropout probability on the sum (training mode only).
-
-    Buffers:
-        pe: [max_len, d_model], sinusoidal_positional_encoding(max_len, d_model). Register it with
-            self.register_buffer("pe", ...): it is not a parameter (never trained), but it moves
-            with model.to(device) and model.double().
-    """
 
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         super().__init__()
@@ -28,12 +16,6 @@ class PositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        """x [B, L, d_model] -> dropout(x + pe[:L]), [B, L, d_model]. Position 0 gets row 0.
-
-        Raises:
-            ValueError: if L > max_len; the message gives both numbers.
-        The input is not modified.
-        """
         L = x.size(1)
         if L >= self.pe.size(0):
             raise ValueError(f"sequence length {L} is longer than max_len {self.pe.size(0)}")

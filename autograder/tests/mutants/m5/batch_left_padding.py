@@ -8,27 +8,6 @@ BASE: reference
 
 
 def make_batch(src_ids, tgt_ids, pad_id, bos_id, eos_id):
-    """Turn B (source, target) id lists into padded tensors and masks for one training step.
-
-    Args:
-        src_ids: list of B lists of token ids (no special tokens), lengths may differ.
-        tgt_ids: list of B lists of token ids (no special tokens).
-        pad_id, bos_id, eos_id: the special ids.
-
-    Returns:
-        a dict of CPU tensors, with Ls = longest source, Lt = longest target + 1:
-            "src":      [B, Ls] int64, each source right-padded with pad_id
-            "tgt_in":   [B, Lt] int64, bos_id + target, right-padded (the decoder input)
-            "tgt_out":  [B, Lt] int64, target + eos_id, right-padded (what the decoder must predict)
-            "src_mask": [B, 1, Ls] bool, True at real source tokens (padding_mask of milestone 1)
-            "tgt_mask": [B, Lt, Lt] bool, tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id:
-                        causal, and padded keys blocked (padded query rows are not blocked; the
-                        loss ignores them anyway).
-
-    Example (pad 0, bos 1, eos 2): src_ids [[5, 6, 7], [8]], tgt_ids [[9], [10, 11]] ->
-        src [[5, 6, 7], [8, 0, 0]], tgt_in [[1, 9, 0], [1, 10, 11]], tgt_out [[9, 2, 0], [10, 11, 2]]
-    The input lists are not modified.
-    """
     def pad(seqs):
         longest = max(len(s) for s in seqs)
         return torch.tensor([[pad_id] * (longest - len(s)) + list(s) for s in seqs], dtype=torch.long)

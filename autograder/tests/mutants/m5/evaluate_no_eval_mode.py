@@ -8,21 +8,6 @@ BASE: reference
 
 
 def evaluate(model, batches, pad_id):
-    """The plain (unsmoothed) cross-entropy per non-pad target token, over all `batches`.
-
-    Args:
-        model: the Transformer.
-        batches: an iterable of dicts from make_batch.
-        pad_id: targets equal to pad_id are not counted.
-
-    Returns:
-        a Python float: (sum over every batch and every non-pad target token of -log p(target))
-        divided by the number of such tokens. (Not the mean of per-batch means: batches with more
-        tokens weigh more.)
-
-    Runs in eval mode (no dropout) without gradients (torch.no_grad()), and leaves the model in
-    the mode it was in (train or eval) when called.
-    """
     was_training = model.training
     total, count = 0.0, 0
     try:

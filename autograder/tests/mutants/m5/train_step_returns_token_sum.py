@@ -8,17 +8,6 @@ BASE: reference
 
 
 def train_step(model, batch, optimizer, pad_id, scheduler=None, smoothing=0.0, clip_norm=None):
-    """One optimisation step on one batch (a dict from make_batch).
-
-    In order: put the model in train mode; zero the gradients; forward pass
-    model(src, tgt_in, src_mask, tgt_mask) -> logits [B, Lt, V]; loss =
-    label_smoothed_cross_entropy(logits, tgt_out, smoothing, pad_id); backward; if clip_norm is not
-    None, clip the gradients so their total norm is at most clip_norm
-    (torch.nn.utils.clip_grad_norm_); optimizer.step(); then scheduler.step() if a scheduler is given.
-
-    Returns:
-        the loss of this batch (the smoothed one, before the update) as a Python float.
-    """
     model.train()
     optimizer.zero_grad()
     logits = model(batch["src"], batch["tgt_in"], batch["src_mask"], batch["tgt_mask"])   # [B, Lt, V]

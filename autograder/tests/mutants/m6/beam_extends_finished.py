@@ -8,34 +8,6 @@ BASE: reference
 
 
 def beam_search(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4, length_penalty=0.6):
-    """Beam search, batched over the B items (no Python loop over items or beams).
-
-    Every item keeps beam_size hypotheses (token prefixes), each with the sum of the
-    log-probabilities (log softmax of the generator's logits) of its tokens after bos_id.
-      - Start: hypothesis 0 is [bos_id] with score 0; the other beam_size - 1 slots start with
-        score -inf (they never win, and they do not count as unfinished).
-      - Each step: every unfinished hypothesis is extended by every token of the vocabulary,
-        score + log p(token); a finished hypothesis (one that has produced eos_id) can only be
-        extended by pad_id, at no cost (score unchanged). Of these beam_size x V candidates the
-        beam_size with the largest summed log-probability are kept (torch.topk over the flattened
-        beam x vocabulary axis).
-      - Stop when every hypothesis is finished (ignoring the -inf slots), or after max_len steps.
-      - Result per item: the hypothesis with the best length-normalised score
-        length_penalty_score(sum_logprob, n, length_penalty), n = tokens after bos_id up to and
-        including its first eos_id, or max_len for a hypothesis still unfinished at the end
-        (such a hypothesis can win).
-
-    Args:
-        as greedy_decode, plus
-        beam_size: hypotheses per item (>= 1).
-        length_penalty: alpha of the GNMT penalty ((5 + n) / 6) ** alpha; 0 = no normalisation.
-
-    Returns:
-        (tokens [B, T] int64, scores [B]): tokens as in greedy_decode (bos_id first, pad_id after
-        eos_id, T <= max_len + 1); scores are the winners' normalised scores, in the model's
-        floating dtype. With beam_size=1 the tokens are greedy_decode's tokens. An item's result
-        does not depend on the other items of the batch.
-    """
     was_training = model.training
     model.eval()
     try:

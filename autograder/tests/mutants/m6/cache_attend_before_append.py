@@ -8,11 +8,6 @@ BASE: reference
 
 
 def _decoder_layer_step(layer, x, i, cache, src_mask):
-    """One DecoderLayer of milestone 3 for the newest position only: x [B, 1, d_model] -> [B, 1, d_model].
-
-    Eval mode only (no dropout). The newest position may attend to every cached position, so the
-    self-attention needs no mask; src_mask [B, 1, 1, Ls] (or None) masks the cross-attention.
-    """
     def self_attention(h):
         k = split_heads(layer.self_attn.w_k(h), layer.self_attn.num_heads)    # [B, H, 1, d_k]
         v = split_heads(layer.self_attn.w_v(h), layer.self_attn.num_heads)

@@ -8,11 +8,6 @@ BASE: reference
 
 
 def _decoder_layer_step(layer, x, i, cache, src_mask):
-    """One DecoderLayer of milestone 3 for the newest position only: x [B, 1, d_model] -> [B, 1, d_model].
-
-    Eval mode only (no dropout). The newest position may attend to every cached position, so the
-    self-attention needs no mask; src_mask [B, 1, 1, Ls] (or None) masks the cross-attention.
-    """
     def self_attention(h):
         k = split_heads(layer.self_attn.w_k(h), layer.self_attn.num_heads)    # [B, H, 1, d_k]
         v = split_heads(layer.self_attn.w_v(h), layer.self_attn.num_heads)
@@ -37,25 +32,6 @@ def _decoder_layer_step(layer, x, i, cache, src_mask):
 
 
 def greedy_decode_cached(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
-    """greedy_decode with a KV cache: the same tokens, far less work per step.
-
-    Before the first step, compute every decoder layer's cross-attention keys and values of
-    `memory` once (layer.cross_attn.w_k / w_v, split into heads). Each step then runs the decoder
-    on the newest position only ([B, 1, d_model]: its token embedding plus the positional encoding
-    row of its position, model.pos_encoding.pe[t]), layer by layer: self-attention projects the
-    new position's keys and values, appends them to the cache and attends over all cached
-    positions; cross-attention uses the cached memory keys and values. After the last layer comes
-    the decoder's final norm (when there is one), then model.generator gives the logits whose
-    argmax is the next token.
-
-    Build it from the existing modules as they are: the layer's submodules (self_attn and
-    cross_attn with w_q, w_k, w_v, w_o and num_heads; norm1..norm3; feed_forward; norm_first),
-    split_heads / merge_heads of milestone 2 and scaled_dot_product_attention of milestone 1. Do
-    not edit the earlier milestones' files. Works for post-LN and pre-LN models.
-
-    Args and return value: as greedy_decode (same rules: eval mode restored, no_grad, batched,
-    stops once every sequence has ended).
-    """
     was_training = model.training
     model.eval()
     try:

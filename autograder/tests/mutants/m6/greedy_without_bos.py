@@ -8,21 +8,6 @@ BASE: reference
 
 
 def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
-    """Greedy decoding: at every step append the argmax of the last position's logits.
-
-    Args:
-        model: a Transformer of milestone 4.
-        src: [B, Ls] int64 source tokens; src_mask: [B, 1, Ls] bool.
-        max_len: the most tokens to generate after bos_id.
-        bos_id, eos_id, pad_id: special token ids.
-
-    Returns:
-        tokens [B, T] int64 (see the module docstring: starts with bos_id, pad_id after eos_id,
-        T <= max_len + 1, stops once every sequence has ended).
-
-    Example: if item 0 produces a, b, <eos> and item 1 produces c, d, e, <eos>, the result is
-        [[<bos>, a, b, <eos>, <pad>], [<bos>, c, d, e, <eos>]].
-    """
     was_training = model.training
     model.eval()
     try:

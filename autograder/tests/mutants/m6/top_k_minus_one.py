@@ -9,36 +9,6 @@ BASE: reference
 
 def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None,
                   top_p=None, generator=None):
-    """Sampling: at every step draw the next token at random from the filtered distribution.
-
-    At each step, from the last position's logits [B, V]:
-      1. divide by temperature (< 1 sharpens, > 1 flattens);
-      2. top_k (if not None): keep the top_k largest logits of each row, the others become -inf
-         (all of them when top_k >= V);
-      3. top_p (if not None): on the softmax of what is left, keep the smallest set of most
-         probable tokens whose probabilities add up to at least top_p: sort descending, keep a
-         token when the total of the tokens before it is < top_p (so the token that crosses
-         top_p is kept, and the most probable token always is); the others become -inf;
-      4. probs = softmax of the result [B, V], then exactly ONE call per step
-         torch.multinomial(probs, 1, generator=generator) for the whole batch, every row
-         included (finished rows too; their draw is then replaced by pad_id). Same generator
-         seed -> same tokens.
-
-    Args:
-        as greedy_decode, plus
-        temperature: a float > 0.
-        top_k: None or an int >= 1.
-        top_p: None or a float in (0, 1].
-        generator: None or a torch.Generator passed to torch.multinomial.
-
-    Returns:
-        tokens [B, T] int64, as greedy_decode.
-
-    Raises:
-        ValueError: unless temperature > 0 (checked before any work).
-
-    With top_k=1 (or a tiny top_p) this gives greedy_decode's tokens.
-    """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     was_training = model.training
