@@ -21,6 +21,9 @@ def add_parsers(sub) -> None:
                    help="auto: bubblewrap when it works, else resource limits only (said in every result); "
                         "bwrap: fail if bubblewrap cannot run")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--force", action="store_true",
+                   help="write into --out even if it holds an earlier run (its grades, feedback and results "
+                        "are replaced)")
     b = sub.add_parser("gradescope-bundle", help="build Gradescope's autograder zip for a milestone",
                        description="Write a zip with setup.sh, run_autograder and the grader, for a Gradescope "
                                    "programming assignment.")
@@ -46,9 +49,13 @@ def run(course: config.Course, args) -> int:
         print(f"Wrote {out}: commit it to the template repository of the assignment.")
         return 0
     from .run import grade_class
-    run_ = grade_class(Path(args.submissions), m.id, Path(args.out), jobs=args.jobs, seed=args.seed,
-                       sandbox=args.sandbox, course=course, progress=not args.quiet)
-    print((Path(args.out) / "summary.md").read_text())
+    try:
+        run_ = grade_class(Path(args.submissions), m.id, Path(args.out), jobs=args.jobs, seed=args.seed,
+                           sandbox=args.sandbox, course=course, progress=not args.quiet, force=args.force)
+    except FileExistsError as e:
+        print(f"course grade-class: {e}", file=sys.stderr)
+        return 2
+    print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     print(f"Wrote {args.out}/grades.csv, feedback/, results/ and summary.md for {len(run_.rows)} students "
           f"in {run_.wall:.1f} s ({run_.per_submission:.2f} s per submission, {run_.jobs} worker(s)).")
     if run_.sandbox.mode != "bwrap":

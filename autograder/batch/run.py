@@ -1,18 +1,18 @@
 """Grade a whole class: sandboxed fork-server slots in parallel, then the gradebook and exports.
 
-    course grade-class SUBMISSIONS --milestone m1 --out DIR [--jobs N] [--seed S] [--sandbox auto]
+    course grade-class SUBMISSIONS --milestone m1 --out DIR [--jobs N] [--seed S] [--sandbox auto] [--force]
 
-Writes into DIR:
-    grades.csv                        one row per student: score, one column per check, status
-    feedback/<student>.txt            the feedback report the student reads
-    results/<student>/results.json    Gradescope's format, per student
+Writes into DIR (refused when DIR already holds files, unless --force):
+    grades.csv                        one row per student: name, key, score, one column per check, status
+    feedback/<key>.txt                the feedback report the student reads
+    results/<key>/results.json        Gradescope's format, per student
     summary.md, summary.json          score distribution and the checks the class fails most
+<key> is the student's name made safe as a file name and unique in the class (collect.unique_key).
 Every result records the seed and how the code was isolated; the same seed reproduces every score.
 """
 from __future__ import annotations
 
 import csv
-import json
 import os
 import queue
 import statistics
@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import config
 from ..engine.checks import CheckResult
 from ..engine.grade import Result, grade
-from ..engine.report import feedback, gradescope
+from ..engine.report import clean, feedback, gradescope, write_json, write_text
 from ..engine.submission import SubmissionError
 from .collect import Found, collect
 from .progress import Progress
@@ -39,7 +39,9 @@ class ClassRun:
     sandbox: Sandbox
     jobs: int
     rows: list[dict] = field(default_factory=list)
+    students: dict[str, Found] = field(default_factory=dict)    # by key, like results and status
     results: dict[str, Result] = field(default_factory=dict)
+    status: dict[str, str] = field(default_factory=dict)        # graded, internal_error, missing, refused
     wall: float = 0.0
     out: Path | None = None
 
@@ -53,24 +55,50 @@ def _unrunnable(m: config.Milestone, seed: int, why: str, sandbox: Sandbox) -> R
     return Result(m.id, seed, checks, [], 0.0, [sandbox.note] if sandbox.note else [])
 
 
-def _grade_one(found: Found, m: config.Milestone, seed: int, course: config.Course, slot: Slot) -> Result:
-    if found.path is None:
-        return _unrunnable(m, seed, found.problem, slot.sandbox)
+def _grade_one(found: Found, m: config.Milestone, seed: int, course: config.Course, slot: Slot) -> tuple[Result, str]:
+    """(result, status) of one gradable student."""
     try:
-        return grade(found.path, m.id, seed=seed, course=course, slot=slot)
-    except SubmissionError as e:
-        return _unrunnable(m, seed, str(e), slot.sandbox)
+        r = grade(found.path, m.id, seed=seed, course=course, slot=slot)
+    except SubmissionError as e:        # the file changed since it was collected
+        return _unrunnable(m, seed, str(e), slot.sandbox), e.status
+    return r, "internal_error" if r.internal_errors else "graded"
+
+
+def _refuse_earlier_run(out: Path, force: bool) -> None:
+    """Grades are never overwritten by accident: a non-empty --out needs --force (checked before
+    any grading, so the instructor does not wait for a refusal)."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file: --out must be a folder")
+    earlier = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if earlier and not force:
+        shown = ", ".join(earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        raise FileExistsError(f"{out} is not empty (it holds {shown}): pass --force to replace an earlier "
+                              f"run's grades there, or choose another --out")
+
+
+def _remove_earlier_outputs(out: Path) -> None:
+    """What an earlier run wrote in `out` (and only that): no stale feedback of a student who is
+    no longer in the class stays beside the new grades."""
+    for p in (out / "feedback").glob("*.txt"):
+        p.unlink()
+    for p in (out / "results").glob("*/results.json"):
+        p.unlink()
+        if not any(p.parent.iterdir()):
+            p.parent.rmdir()
+    for name in ("grades.csv", "summary.md", "summary.json"):
+        (out / name).unlink(missing_ok=True)
 
 
 def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, jobs: int | None = None,
                 seed: int | None = None, sandbox: str = "auto", course: config.Course | None = None,
-                limits: Limits | None = None, progress: bool = True, stream=None) -> ClassRun:
+                limits: Limits | None = None, progress: bool = True, stream=None, force: bool = False) -> ClassRun:
     course = course or config.load()
     m = course.milestone(milestone)
     seed = course.seed if seed is None else seed
     jobs = max(1, jobs or min(os.cpu_count() or 1, 8))
-    box = Sandbox.detect(sandbox, limits)
     out = Path(out)
+    _refuse_earlier_run(out, force)
+    box = Sandbox.detect(sandbox, limits)
     root = make_root()
     start = time.monotonic()
     try:
@@ -82,7 +110,7 @@ def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, job
         todo: queue.Queue = queue.Queue()
         for f in found:
             todo.put(f)
-        results: dict[str, Result] = {}
+        results: dict[str, tuple[Result, str]] = {}
         errors: list[BaseException] = []
         lock = threading.Lock()
 
@@ -94,13 +122,16 @@ def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, job
                         f = todo.get_nowait()
                     except queue.Empty:
                         return
-                    if slot is None or not slot.alive():
-                        if slot is not None:
-                            slot.close()
-                        slot = Slot(index, root, box, course.startup_timeout)
-                    r = _grade_one(f, m, seed, course, slot)
+                    if f.path is None:
+                        r, status = _unrunnable(m, seed, f.problem, box), f.status
+                    else:
+                        if slot is None or not slot.alive():
+                            if slot is not None:
+                                slot.close()
+                            slot = Slot(index, root, box, course.startup_timeout)
+                        r, status = _grade_one(f, m, seed, course, slot)
                     with lock:
-                        results[f.student] = r
+                        results[f.key] = (r, status)
                     if bar:
                         bar.update(r.score, r.max_score)
             except BaseException as e:   # a grader bug: stop this lane, report after the others finish
@@ -118,44 +149,48 @@ def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, job
             raise errors[0]
     finally:
         remove_root(root)
-    run = ClassRun(m.id, seed, box, jobs, results=dict(sorted(results.items())), wall=time.monotonic() - start)
+    order = sorted(found, key=lambda f: (f.student, f.key))
+    run = ClassRun(m.id, seed, box, jobs, students={f.key: f for f in order},
+                   results={f.key: results[f.key][0] for f in order},
+                   status={f.key: results[f.key][1] for f in order}, wall=time.monotonic() - start)
     write_outputs(run, m, out)
     return run
 
 
 def write_outputs(run: ClassRun, m: config.Milestone, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    _remove_earlier_outputs(out)
     (out / "feedback").mkdir(exist_ok=True)
     (out / "results").mkdir(exist_ok=True)
     run.out = out
     names = list(m.checks)
     run.rows = []
-    for student, r in run.results.items():
+    for key, r in run.results.items():
         by_name = {c.name: c for c in r.checks}
-        row = {"student": student, "score": r.score, "max_score": r.max_score}
+        row = {"student": clean(run.students[key].student, one_line=True), "key": key,
+               "score": r.score, "max_score": r.max_score}
         row.update({n: by_name[n].score if n in by_name else 0 for n in names})
-        row.update(seed=r.seed, sandbox=run.sandbox.mode,
-                   status="internal_error" if r.internal_errors else ("graded" if r.files else "not_run"),
-                   seconds=round(r.elapsed, 2))
+        row.update(seed=r.seed, sandbox=run.sandbox.mode, status=run.status[key], seconds=round(r.elapsed, 2))
         run.rows.append(row)
-        (out / "feedback" / f"{student}.txt").write_text(feedback(r) + "\n")
-        (out / "results" / student).mkdir(exist_ok=True)
-        (out / "results" / student / "results.json").write_text(json.dumps(gradescope(r), indent=2) + "\n")
-    with open(out / "grades.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["student", "score", "max_score", *names, "seed", "sandbox", "status",
-                                          "seconds"])
+        write_text(out / "feedback" / f"{key}.txt", feedback(r) + "\n")
+        (out / "results" / key).mkdir(exist_ok=True)
+        write_json(out / "results" / key / "results.json", gradescope(r))
+    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=["student", "key", "score", "max_score", *names, "seed", "sandbox",
+                                          "status", "seconds"])
         w.writeheader()
         w.writerows(run.rows)
     summary = summarize(run, m)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(summary_text(summary) + "\n")
+    write_json(out / "summary.json", summary)
+    write_text(out / "summary.md", summary_text(summary) + "\n")
 
 
 def summarize(run: ClassRun, m: config.Milestone) -> dict:
     scores = [row["score"] for row in run.rows]
+    ran = [k for k, status in run.status.items() if status in ("graded", "internal_error")]
     fails = Counter()
     examples: dict[str, str] = {}
-    for r in run.results.values():
+    for r in (run.results[k] for k in ran):      # "Not run" is not a failed check: the class's mistakes only
         for c in r.checks:
             if not c.passed:
                 fails[c.name] += 1
@@ -173,8 +208,11 @@ def summarize(run: ClassRun, m: config.Milestone) -> dict:
         "median": statistics.median(scores) if scores else 0,
         "full_marks": sum(1 for s in scores if s == top), "zero": sum(1 for s in scores if s == 0),
         "distribution": {f"{lo}-{lo + 10 if lo < 90 else 100}%": buckets.get(lo, 0) for lo in range(0, 100, 10)},
-        "most_failed": [{"check": name, "failed": n, "share": round(n / len(scores), 3), "example": examples[name]}
+        "most_failed": [{"check": name, "failed": n, "share": round(n / len(ran), 3), "example": examples[name]}
                         for name, n in fails.most_common()],
+        "not_graded": [{"student": clean(run.students[k].student, one_line=True), "key": k, "status": status,
+                        "reason": run.results[k].checks[0].message if run.results[k].checks else ""}
+                       for k, status in run.status.items() if k not in ran],
         "internal_errors": {s: r.internal_errors for s, r in run.results.items() if r.internal_errors},
     }
 
@@ -192,7 +230,11 @@ def summary_text(s: dict) -> str:
     if not s["most_failed"]:
         lines.append("Nobody failed a check.")
     for f in s["most_failed"]:
-        lines.append(f"- {f['check']}: {f['failed']} student(s) ({f['share']:.0%}). e.g. \"{f['example']}\"")
+        lines.append(f"- {f['check']}: {f['failed']} student(s) ({f['share']:.0%} of those graded). "
+                     f"e.g. \"{f['example']}\"")
+    if s["not_graded"]:
+        lines += ["", f"## Not graded: {len(s['not_graded'])} student(s) (score 0; their feedback says why)"]
+        lines += [f"- {n['student']} ({n['status']}): {n['reason'].removeprefix('Not run: ')}" for n in s["not_graded"]]
     if s["internal_errors"]:
         lines += ["", f"## Grader errors (instructor only): {len(s['internal_errors'])} student(s)"]
         lines += [f"- {k}: {v[0].splitlines()[0] if v else ''}" for k, v in s["internal_errors"].items()]

@@ -65,6 +65,8 @@ def test_collect_accepts_folders_nbgrader_and_zips(tmp):
     zips.mkdir()
     with zipfile.ZipFile(zips / "smithjane_1234_5678_attention.zip", "w") as z:
         z.writestr("work/attention.py", REF.read_text())
+    with zipfile.ZipFile(zips / "mallory.zip", "w") as z:           # a path out of the archive: refused
+        z.writestr("attention.py", REF.read_text())
         z.writestr("../evil.py", "x")
     with zipfile.ZipFile(zips / "kim.zip", "w") as z:
         z.writestr("notes.txt", "no code")
@@ -73,6 +75,7 @@ def test_collect_accepts_folders_nbgrader_and_zips(tmp):
     assert (found["smithjane"].path / "attention.py").read_text() == REF.read_text()
     assert found["kim"].path is None and "holds no attention.py" in found["kim"].problem
     assert found["broken"].path is None
+    assert found["mallory"].path is None and "outside the archive" in found["mallory"].problem
     assert not (tmp / "evil.py").exists()
 
 
