@@ -173,7 +173,7 @@ def release_warning(course: config.Course, m: config.Milestone) -> str:
 
 
 def _grade(course: config.Course, args) -> int:
-    from .engine.sandbox import open_slot
+    from .sandbox import open_slot
     from .engine.submission import SubmissionError, missing_files
     try:
         m = course.milestone(args.milestone)

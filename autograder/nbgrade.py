@@ -35,7 +35,7 @@ _SLOT = None     # one sandboxed fork server for the whole nbgrader process (tor
 def _slot(course: config.Course):
     global _SLOT
     if _SLOT is None or not _SLOT.alive():
-        from .engine.sandbox import Sandbox, Slot, make_root, remove_root
+        from .sandbox import Sandbox, Slot, make_root, remove_root
         root = make_root()
         _SLOT = Slot(0, root, Sandbox.detect("auto"), course.startup_timeout)
 

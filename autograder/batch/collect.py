@@ -199,9 +199,9 @@ def from_zip(zpath: Path, m: Milestone, dest: Path) -> Path:
     archive holding all of them), or SubmissionError saying why not."""
     zname = zpath.name
     try:
-        with open_submitted(zpath, MAX_ZIP_BYTES) as f:
-            _check_directory(f, zname)
-            with zipfile.ZipFile(f) as z:
+        with open_submitted(zpath, MAX_ZIP_BYTES) as archive:
+            _check_directory(archive, zname)
+            with zipfile.ZipFile(archive) as z:
                 members = _zip_members(z, zname)
                 folders = {}
                 for name in members:

@@ -105,7 +105,7 @@ def grade_submission(milestone: str, submission: Path, results: Path, sandbox: s
     """What run_autograder runs: one submission, sandboxed like the batch, Gradescope's results.json."""
     from ..engine.grade import grade
     from ..engine.report import gradescope, write_json
-    from ..engine.sandbox import Sandbox
+    from ..sandbox import Sandbox
     from ..engine.submission import SubmissionError
     from .collect import from_folder
     from .run import _unrunnable

@@ -29,7 +29,7 @@ from ..engine.report import clean, feedback, gradescope, write_json, write_text
 from ..engine.submission import SubmissionError
 from .collect import Found, collect
 from .progress import Progress
-from ..engine.sandbox import Limits, Sandbox, Slot, make_root, remove_root
+from ..sandbox import Limits, Sandbox, Slot, make_root, remove_root
 
 
 @dataclass

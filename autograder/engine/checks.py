@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from . import diagnosis
-from .client import WorkerLost
+from ..sandbox.client import WorkerLost
 from .diagnosis import Mistake
 
 # Tolerances per dtype, from the spread between correct implementations (matmul vs einsum vs

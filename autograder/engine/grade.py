@@ -29,7 +29,7 @@ import torch.fx.experimental.symbolic_shapes  # noqa: F401
 from .. import config
 from . import checks
 from .checks import CheckFailed, CheckResult, Group, NotJudged, Session, Tester
-from .client import Worker, WorkerLost
+from ..sandbox.client import Worker, WorkerLost
 from .submission import GradedFile, prepared
 
 
@@ -129,7 +129,7 @@ class Grading:
         try:
             self.folder, self.graded = self._stack.enter_context(prepared(self.course, self.m, self.path))
             if self.slot is None:
-                from .sandbox import open_slot
+                from ..sandbox import open_slot
                 self.slot = self._stack.enter_context(open_slot(self.sandbox, self.course.startup_timeout))
             self.groups = check_groups(self.m.id)
             references = tuple(Path(f.name).stem for f in self.graded if f.source != "yours")

@@ -21,7 +21,8 @@ from autograder.batch import classroom, gradescope
 from autograder.batch.collect import collect
 from autograder.batch.progress import Progress
 from autograder.batch.run import grade_class
-from autograder.engine.sandbox import _wipe, bwrap_works
+from autograder.sandbox.bwrap import works as bwrap_works
+from autograder.sandbox.slot import _wipe
 
 COURSE = config.load()
 M1 = COURSE.milestone("m1")

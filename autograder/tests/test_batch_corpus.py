@@ -23,7 +23,7 @@ import pytest
 
 from autograder import config
 from autograder.batch.run import grade_class
-from autograder.engine.sandbox import bwrap_works
+from autograder.sandbox.bwrap import works as bwrap_works
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "hostile" / "m1"

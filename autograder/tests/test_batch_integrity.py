@@ -201,13 +201,15 @@ def test_hostile_text_is_shown_escaped_to_the_student(graded_class):
     assert 0 < run.results[key].score < 20
 
 
-def test_course_grade_prints_and_writes_any_text(tmp):
+@pytest.mark.parametrize("sandbox", ["auto", "rlimits"])
+def test_course_grade_prints_and_writes_any_text(tmp, sandbox):
     sub = tmp / "sub"
     sub.mkdir()
     (sub / "attention.py").write_text(HOSTILE_TEXT)
     env = dict(os.environ, PYTHONIOENCODING="utf-8")       # strict, as under an en_US.UTF-8 locale
     r = subprocess.run([sys.executable, "-m", "autograder.cli", "grade", str(sub), "-m", "m1", "--json",
-                        str(tmp / "r.json")], capture_output=True, cwd=COURSE.root, env=env, timeout=300)
+                        str(tmp / "r.json"), "--sandbox", sandbox], capture_output=True, cwd=COURSE.root, env=env,
+                       timeout=300)
     assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
     assert "\\udc80" in r.stdout.decode("utf-8")
     assert 0 < strict_json(tmp / "r.json")["score"] < 20

@@ -146,7 +146,7 @@ def test_course_help_lists_commands():
 
 def test_course_grade_runs_student_code_in_the_sandbox(tmp_path, capsys):
     """The steal-the-reference file: its own work is the stub; inside the sandbox it finds nothing."""
-    from autograder.engine.sandbox import bwrap_works
+    from autograder.sandbox.bwrap import works as bwrap_works
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "attention.py").write_text((COURSE.root / "autograder/tests/hostile/m1/read_solution/attention.py").read_text())

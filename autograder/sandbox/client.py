@@ -1,19 +1,23 @@
-"""The judge's side of a worker: start it, send a request, wait at most `timeout`, read the reply."""
+"""The judge's side of a worker: send a request, wait at most `timeout`, check the seal, read the reply.
+
+Every reply carries the guard's ledger for that request; the judge reads what it decides from there
+(`reply["record"]`), never from the payload the worker's code produced. Evidence that student code
+reached for the grader's observers (`tamper`) or computed outside them (`unobserved`) is kept on the
+Worker for the whole session.
+"""
 from __future__ import annotations
 
 import os
 import select
 import signal
-import struct
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 from . import protocol
 
-WORKER_SOURCE = (Path(__file__).with_name("worker.py")).read_text()
 STDERR_TAIL = 4000   # characters of the student's output kept for messages
+EXIT_TAMPER = 86     # guard.EXIT_TAMPER: the worker ended itself after sealing tamper evidence
 
 
 class WorkerLost(Exception):
@@ -22,19 +26,20 @@ class WorkerLost(Exception):
     def __init__(self, reason: str, kind: str):
         super().__init__(reason)
         self.reason = reason
-        self.kind = kind   # "timeout" | "died" | "protocol"
+        self.kind = kind   # "timeout" | "died" | "protocol" | "tamper"
 
 
 class Worker:
     """The judge's end of one worker process: requests with a deadline, the student's output, the kill.
 
-    Workers are made by `sandbox.Slot` (the only way student code starts); `_attach` takes the
-    process's pipes and waits for the worker's hello.
+    Workers are made by `slot.Slot` (the only way student code starts); `_attach` takes the process's
+    pipes and the worker's key, and waits for the worker's sealed hello.
     """
 
-    def _attach(self, proc, startup_timeout: float, output_limit: int | None):
-        """Start reading the student's output of `proc` and wait for the worker's hello."""
-        self.proc = proc
+    def _attach(self, proc, key: bytes, startup_timeout: float, output_limit: int | None):
+        self.proc, self.key, self.seq = proc, key, 0
+        self.tamper: list[str] = []          # evidence, for the whole session
+        self.unobserved: list[str] = []
         self.output_limit, self._output_bytes, self._over = output_limit, 0, False
         self._tail = bytearray()
         self._drain = threading.Thread(target=self._read_stderr, daemon=True)
@@ -87,10 +92,10 @@ class Worker:
             if message is not None:
                 self.proc.stdin.write(protocol.encode(message))
                 self.proc.stdin.flush()
-            (size,) = struct.unpack(">I", self._read(4, deadline))
+            size = int.from_bytes(self._read(4, deadline), "big")
             if size > protocol.MAX_FRAME:
                 raise WorkerLost("the worker sent a reply too large to read", "protocol")
-            reply = protocol.decode(self._read(size, deadline))
+            reply, ledger = protocol.open_reply(self._read(size, deadline), self.key, self.seq)
         except TimeoutError:
             self.kill()
             raise WorkerLost(f"it did not finish within {timeout:g} s (an infinite loop, or very slow code?)",
@@ -98,27 +103,43 @@ class Worker:
         except (EOFError, BrokenPipeError, ConnectionResetError):
             code = self.kill()
             raise WorkerLost(_death_reason(code), "died") from None
+        except protocol.ForgedReply as e:
+            self.kill()
+            self.tamper.append(str(e))
+            raise WorkerLost(f"something wrote {e}", "tamper") from None
         except WorkerLost:
             self.kill()
             raise
-        except Exception as e:  # undecodable frame
+        except Exception as e:  # an undecodable frame
             self.kill()
             raise WorkerLost(f"the worker's reply could not be read ({type(e).__name__})", "protocol") from None
+        self.seq += 1
         if not isinstance(reply, dict):
             self.kill()
             raise WorkerLost("the worker sent a malformed reply", "protocol")
+        self._take(ledger)
+        reply["record"] = {"functions": list(ledger["functions"]), "ops": sorted(ledger["ops"]),
+                           "counts": dict(ledger["ops"]), "op_count": ledger["op_count"], "flops": ledger["flops"],
+                           "events": [(protocol._unpack(p), flops) for p, flops in ledger["events"]],
+                           "unobserved": list(ledger["unobserved"])}
+        if reply.get("kind") == "tamper":
+            self.kill()
         return reply
+
+    def _take(self, ledger: dict):
+        for e in ledger.get("tamper", []):
+            if e not in self.tamper:
+                self.tamper.append(e)
+        for e in ledger.get("unobserved", []):
+            if e not in self.unobserved:
+                self.unobserved.append(e)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _stop(self):
-        """Kill the worker and everything it started (the fork server kills its session and uid)."""
-        self.proc.kill()
-
     def kill(self) -> int | None:
         if self.proc.poll() is None:
-            self._stop()
+            self.proc.kill()
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -142,7 +163,11 @@ def _death_reason(code: int | None) -> str:
         sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
         if sig == "SIGKILL":
             return "the process running your code was killed (SIGKILL), usually by running out of memory"
+        if sig == "SIGSYS":
+            return "the process running your code was stopped for a forbidden system call"
         return f"the process running your code was killed by {sig}"
+    if code == EXIT_TAMPER:
+        return "the process running your code ended after reaching for the grader's own objects"
     return f"the process running your code exited with status {code} (sys.exit or os._exit in your code?)"
 
 

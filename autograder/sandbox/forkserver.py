@@ -1,76 +1,62 @@
-"""The fork server: imports torch once, then forks one worker per request. Never imported.
+"""The fork server: imports torch and installs the guard once, then forks one worker per request.
 
-Started as `python -I -B -c <confine.py + this file's source> <control fd> <config json>` (under
-bubblewrap when it works), so, like worker.py, it imports nothing from the grader package; the
-functions of confine.py (set_limits, drop_privileges, readable_as) are defined before this text.
-The judge talks to it over a SOCK_SEQPACKET socket:
+Never imported. Started as `python -I -B -c <confine.py + guard.py + worker.py + this file> <control fd>
+<config json>` (under bubblewrap when it works, as an unprivileged user with no capability), so it imports
+nothing from the grader package. The judge talks to it over a SOCK_SEQPACKET socket:
 
-  judge -> server  {"op": "spawn", "id", "source", "folders", "cwd", "env", "limits"} + 3 fds
-                   (the child's stdin, stdout, stderr), or {"op": "kill", "id"}
+  judge -> server  {"op": "spawn", "id", "key", "folders", "cwd", "env", "limits"} + 3 fds (the child's
+                   stdin, stdout, stderr), or {"op": "kill", "id"}
   server -> judge  {"op": "ready"}, {"op": "spawned", "id", "pid"}, {"op": "exited", "id", "status"}
 
-A spawned child starts its own session, applies resource limits, drops to an unprivileged uid when
-the server runs as root (confine.drop_privileges), and runs the worker source (the same text
-`python -c` would run). The server is a child subreaper, so it reaps every descendant and reports
-how each worker ended.
+A spawned child starts its own session, applies resource limits, becomes the slot's unprivileged uid
+when the server is root outside a user namespace (confine.drop_to), installs the worker's syscall
+filter, starts its guard with the key the judge sent, arms it and serves requests (worker.py). The
+server is a child subreaper, so it reaps every descendant and reports how each worker ended.
 """
 import array
-import io
 import json
 import os
 import select
 import signal
 import socket
 import sys
+import types
 
 CTRL = socket.socket(fileno=int(sys.argv[1]))
 CONF = json.loads(sys.argv[2])
 DROP_UID = CONF.get("drop_uid")          # None, or an unused uid (never 0)
-# Decided once, before torch is imported: can the dropped uid read every folder of the Python install?
-KEEP_READ = DROP_UID is not None and not readable_as(DROP_UID, [p for p in sys.path if p])  # noqa: F821
 
 # Modules student code commonly imports: load them now, while the Python install is readable.
-import math, random, time, itertools, functools, collections, subprocess, threading, tempfile, shutil  # noqa
-import importlib, traceback, struct, copy, warnings, inspect, ctypes, contextlib, typing  # noqa
+import math, random, time, itertools, functools, collections, heapq, bisect, dataclasses, operator  # noqa
+import importlib, traceback, struct, copy, warnings, inspect, contextlib, typing, enum, string, re  # noqa
 import numpy  # noqa
 import torch  # noqa
 import torch.nn.functional as F  # noqa
-from torch.overrides import TorchFunctionMode  # noqa
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa
+import torch.utils.flop_counter  # noqa
 
 torch.set_num_threads(1)
 
 
 def _prewarm():
-    """Pay torch's first-call costs (autograd, dispatch modes, save/load) once, before forking."""
-    class _M(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    class _T(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
+    """Pay torch's first-call costs (autograd, dropout, optimizers, save/load) once, before forking."""
     for dtype in (torch.float64, torch.float32):
         q = torch.randn(2, 2, 3, 4, dtype=dtype, requires_grad=True)
         mask = torch.ones(3, 3, dtype=torch.bool).tril()
-        with _T(), _M():
-            s = (q @ q.transpose(-2, -1) / 2.0).masked_fill(~mask, float("-inf"))
-            m = s.amax(-1, keepdim=True)
-            e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-            out = (e / e.sum(-1, keepdim=True)) @ q
+        s = (q @ q.transpose(-2, -1) / 2.0).masked_fill(~mask, float("-inf"))
+        out = torch.softmax(s, -1) @ q
         out.backward(torch.ones_like(out))
-        F.scaled_dot_product_attention(q.detach(), q.detach(), q.detach(), attn_mask=mask)
-        torch.softmax(q.detach(), -1)
         lin = torch.nn.Linear(4, 4, dtype=dtype)
+        opt = torch.optim.Adam(lin.parameters())
         F.gelu(F.dropout(lin(q), 0.5)).sum().backward()
-        buf = io.BytesIO()
-        torch.save({"x": q.detach(), "l": [1, "a", None]}, buf)
-        torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        opt.step()
+        torch.multinomial(torch.ones(2, 3), 1)
 
 
 _prewarm()
-try:   # PR_SET_CHILD_SUBREAPER: orphans of a worker (fork bombs) are reaped here
+if DROP_UID is not None:          # a root-only Python install, read through folders opened now
+    reach_unreadable(DROP_UID, sys.modules)  # noqa: F821 (confine.py)
+try:   # PR_SET_CHILD_SUBREAPER: orphans of a worker are reaped here
+    import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 except Exception:
     pass
@@ -95,9 +81,23 @@ def receive():
     return (json.loads(data) if data else None), list(fds)
 
 
-def child(msg, fds):
+def _scrub_ctypes():
+    """No ctypes in a worker: it can write the interpreter's memory. Importing it again is tamper evidence."""
+    gone = [m for n, m in list(sys.modules.items()) if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]
+    for n in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
+        del sys.modules[n]
+    for mod in list(sys.modules.values()):
+        d = vars(mod) if isinstance(mod, types.ModuleType) else None
+        for k, v in list((d or {}).items()):
+            owner = vars(v).get("__module__") if isinstance(v, type) else None
+            if any(v is g for g in gone) or (isinstance(owner, str) and owner.startswith(("ctypes", "_ctypes"))):
+                del d[k]
+
+
+def child(msg, fds, ledger):
     code = 70
     try:
+        key = bytes.fromhex(msg.pop("key"))
         os.setsid()
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
@@ -106,24 +106,31 @@ def child(msg, fds):
                 os.close(fd)
         CTRL.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        reply_fd = os.dup(1)                        # the protocol channel; fd 1 becomes the student's stderr
+        os.dup2(2, 1)
         sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = open(1, "w", closefd=False)
-        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
-        set_limits(msg.get("limits") or {})  # noqa: F821 (confine.py)
-        if DROP_UID is not None:
-            drop_privileges(DROP_UID, KEEP_READ)  # noqa: F821 (confine.py)
+        sys.stdout = sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
         os.chdir(msg["cwd"])
         os.environ.clear()
         os.environ.update(msg.get("env") or {})
-        tempfile.tempdir = None
-        sys.argv = ["-c", *msg["folders"]]
+        sys.argv = ["-c"]
+        sys.path[:0] = msg["folders"]
+        confine(msg.get("limits") or {}, DROP_UID, "worker")  # noqa: F821 (confine.py)
+        serve, functions = worker_main(ledger, {"reply_fd": reply_fd, "folders": msg["folders"]},  # noqa: F821
+                                       os, sys, __import__("marshal"))
+        start(ledger, key, reply_fd, functions + [child])  # noqa: F821 (guard.py)
+        del key, ledger
+        _scrub_ctypes()
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        sys.audit("course.arm", [os.path.join(f, "") for f in msg["folders"]])
         code = 0
-        exec(compile(msg["source"], "<worker>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        serve()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
         try:
-            traceback.print_exc()
+            import traceback as tb
+            tb.print_exc()
         except BaseException:
             pass
         code = 70
@@ -142,8 +149,8 @@ def kill_worker(pid):
         pass
     if DROP_UID is None:
         return
-    # Processes that left the session (setsid) still run as the slot's uid: a helper with that uid
-    # kills everything it may signal, i.e. exactly this slot's processes. Never as root.
+    # Processes that left the session still run as the slot's uid: a helper with that uid kills
+    # everything it may signal, i.e. exactly this slot's processes. Never as root.
     helper = os.fork()
     if helper == 0:
         try:
@@ -157,6 +164,7 @@ def kill_worker(pid):
 
 
 def main():
+    ledger = install(sys.modules)  # noqa: F821 (guard.py): held here only, never in a global
     workers = {}     # pid -> request id
     send({"op": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
@@ -181,7 +189,8 @@ def main():
         if msg["op"] == "spawn":
             pid = os.fork()
             if pid == 0:
-                child(msg, fds)
+                child(msg, fds, ledger)
+            msg.pop("key", None)
             for fd in fds:
                 os.close(fd)
             workers[pid] = msg["id"]
