@@ -87,14 +87,18 @@ def strict_json(path: Path):
     """Parsed JSON whose every string is valid Unicode (Python's json accepts "\\udc80"; others do not)."""
     data = json.loads(strict_text(path))
 
-    def walk(x):
+    def strings(x):
         if isinstance(x, str):
-            x.encode("utf-8")
+            yield x
         elif isinstance(x, dict):
-            [walk(k) or walk(v) for k, v in x.items()]
+            for k, v in x.items():
+                yield k
+                yield from strings(v)
         elif isinstance(x, list):
-            [walk(v) for v in x]
-    walk(data)
+            for v in x:
+                yield from strings(v)
+    for s in strings(data):
+        s.encode("utf-8")          # raises on a lone surrogate
     return data
 
 
