@@ -1,53 +1,43 @@
 """The kernel that runs a student's notebook at autograde: it cannot see the course, and has no network.
 
 `SandboxedKernelManager` is a jupyter_client kernel manager for nbgrader's execute step. Its kernel
-talks over ipc (unix sockets in a private folder), so it can live in a network namespace of its own:
-- with bubblewrap (sandbox.bwrap_args): the kernel sees the Python install and /usr read-only, the
-  student's autograded folder and its socket folder, and an empty /tmp; nothing of the course
-  directory (no solutions/, no gradebook.db, no other students), no network;
-- without it: resource limits, and when nbgrader runs as root an unprivileged uid (confine.py), so
-  course files cannot be written; the verdict cells then say the notebook was not isolated.
-Interrupts go as messages (a signal cannot reach into the sandbox's process tree reliably).
+talks over ipc (unix sockets in a private folder), so it can live in a network namespace of its own.
+The kernel is started by sandbox.launch (confine.py: resource limits, no capability, the "kernel"
+syscall filter: no new processes or programs, no sockets but unix ones, no ptrace), and:
+- with bubblewrap: in a user namespace as uid 65534, seeing the Python install and /usr read-only, the
+  student's autograded folder read-only, its socket folder, and a size-limited /tmp; nothing of the
+  course directory (no solutions/, no gradebook.db, no other students), no network;
+- without it: as an unprivileged uid when nbgrader runs as root, so course files cannot be written; the
+  verdict cells then say the notebook was not isolated.
+The socket folder is the only place on the host it may write: the manager stops the kernel when that
+folder grows past KERNEL_DISK. Interrupts go as messages (a signal cannot reach into the sandbox).
 
 No score depends on this kernel: autograded cells get their verdicts from the engine (nbgrade.py).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
-from .engine import sandbox
+from .sandbox import launch, slot
 
-KERNEL_UID = sandbox.BASE_UID - 1         # below every grading slot's uid (a slot's kill would reach us)
-KERNEL_LIMITS = {"memory": 6 * 1024 ** 3, "nproc": 128, "nofile": 1024, "fsize": 256 * 1024 ** 2, "core": 0}
+KERNEL_UID = slot.BASE_UID - 1         # below every grading slot's uid (a slot's kill would reach us)
+KERNEL_LIMITS = {"memory": 6 * 1024 ** 3, "nofile": 1024, "fsize": 256 * 1024 ** 2, "core": 0}
+KERNEL_DISK = 512 * 1024 ** 2          # bytes the kernel may write into its socket folder
 KERNEL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/mpl",
               "IPYTHONDIR": "/tmp/ipython", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
               "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
 
-LAUNCHER = sandbox.CONFINE_SOURCE + '''
-import json, os, sys
-conf = json.loads(sys.argv[1])
-set_limits(conf["limits"])
-if conf.get("uid") is not None:
-    for path in conf["own"]:
-        os.chown(path, conf["uid"], conf["uid"])
-    drop_privileges(conf["uid"], not readable_as(conf["uid"], conf["read"]))
-os.environ.clear()
-os.environ.update(conf["env"])
-os.chdir(conf["cwd"])
-os.execv(sys.argv[2], sys.argv[2:])
-'''
 
-
-def isolation() -> sandbox.Sandbox:
+def isolation():
     """How notebook kernels are isolated on this machine (the same test as grading's)."""
-    return sandbox.Sandbox.detect("auto")
+    return launch.isolation()
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -70,23 +60,30 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        cwd = str(Path(self._launch_args.get("cwd") or os.getcwd()).resolve())
+        cwd = Path(self._launch_args.get("cwd") or os.getcwd()).resolve()
         env = dict(KERNEL_ENV)
         box = isolation()
-        if box.isolated:
-            prefix = sandbox.bwrap_args(None, [("rw", Path(cwd), Path(cwd)), ("rw", self._private, self._private)],
-                                        cwd, uid_drop=False)
-            prefix += ["--clearenv"] + [a for k, v in env.items() for a in ("--setenv", k, v)]
-            return prefix + cmd
-        home = self._private / "home"
-        home.mkdir(exist_ok=True)
-        env.update(HOME=str(home), MPLCONFIGDIR=str(home / "mpl"), IPYTHONDIR=str(home / "ipython"))
-        root = os.geteuid() == 0
-        conf = {"limits": KERNEL_LIMITS, "env": env, "cwd": cwd, "uid": KERNEL_UID if root else None,
-                "own": [str(self._private), self.connection_file, str(home)],
-                "read": [p for p in sys.path if p]}
-        exe = shutil.which(cmd[0]) or cmd[0]
-        return [sys.executable, "-I", "-B", "-c", LAUNCHER, json.dumps(conf), exe, *cmd[1:]]
+        if not box.isolated:        # no private /tmp: home, caches and history live in the socket folder
+            home = self._private / "home"
+            home.mkdir(exist_ok=True)
+            env.update(HOME=str(home), MPLCONFIGDIR=str(home / "mpl"), IPYTHONDIR=str(home / "ipython"))
+        target = cmd[1:] if cmd[1:2] == ["-m"] else ["-m", "ipykernel_launcher", *cmd[1:]]
+        self._watch_disk()
+        return launch.command(target, profile="kernel", limits=KERNEL_LIMITS, env=env, cwd=cwd,
+                              binds=[("ro", cwd, cwd), ("rw", self._private, self._private)], uid=KERNEL_UID,
+                              own=[self._private, Path(self.connection_file), *self._private.glob("home")],
+                              path=[str(cwd)], box=box)
+
+    def _watch_disk(self):
+        """Stop the kernel when its socket folder holds more than KERNEL_DISK bytes."""
+        def watch(folder=self._private):
+            while folder.is_dir():
+                used = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+                if used > KERNEL_DISK and self.has_kernel:
+                    self.provisioner and self.provisioner.process and self.provisioner.process.kill()
+                    return
+                threading.Event().wait(1.0)
+        threading.Thread(target=watch, daemon=True).start()
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart)

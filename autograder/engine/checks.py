@@ -20,6 +20,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 import inspect
+import os
+import sys
 import re
 import textwrap
 import zlib
@@ -45,15 +47,17 @@ class Group:
     depends: tuple[str, ...] = ()      # earlier groups whose failure this group's code may inherit
     style: bool = False                # judges how code is written; points only when values are right
     provides: tuple[str, ...] = ()     # student callables this group judges (stand-ins replace them)
+    observes: bool = False             # decided by the worker's observers (ops, functions, model events)
 
 
 REGISTRY: dict[str, dict[str, Group]] = {}
 STAND_INS: dict[str, dict[str, dict]] = {}     # milestone -> callable name -> {"source", "defines"}
 
 
-def group(milestone: str, name: str, *, depends=(), style=False, provides=()):
+def group(milestone: str, name: str, *, depends=(), style=False, provides=(), observes=False):
     def register(fn):
-        REGISTRY.setdefault(milestone, {})[name] = Group(milestone, name, fn, tuple(depends), style, tuple(provides))
+        REGISTRY.setdefault(milestone, {})[name] = Group(milestone, name, fn, tuple(depends), style, tuple(provides),
+                                                         observes)
         return fn
     return register
 
@@ -128,6 +132,12 @@ class Tester:
 
     def randint(self, low, high, shape):
         return torch.randint(low, high, shape, generator=self.gen)
+
+    def grown(self, base: int, low: int, high: int) -> int:
+        """A size drawn from [low, high) with this group's generator, for loop detection: it differs from
+        `base` and is larger than any small constant a loop could be padded to."""
+        size = int(torch.randint(low, high, (), generator=self.gen))
+        return size if size != base else size + 1
 
     def rand_bool(self, *shape, p=0.7):
         return torch.rand(*shape, generator=self.gen) < p
@@ -313,9 +323,17 @@ class Tester:
                 self.fail(f"`{func}` uses {', '.join(shown[:3])}: do not use {rule.plain}.", "forbidden_api",
                           f"it uses {rule.plain}, which this milestone does not allow.")
 
-    def expect_constant_ops(self, counts: dict, base_label: str, func: str, advice: str):
-        """Vectorization: `counts` maps 'what grew' -> op count; the first entry is the base size."""
+    def expect_constant_ops(self, counts: dict, base_label: str, func: str, advice: str, limit: int | None = None):
+        """Vectorization: `counts` maps 'what grew' -> op count; the first entry is the base size. `limit`:
+        the most operations a vectorized version needs at the base size (with room to spare): more points to
+        a loop that runs a fixed number of times whatever the sizes."""
         (_, base), *grown = counts.items()
+        if limit is not None and base > limit:
+            self.fail(f"`{func}` ran {base} tensor operations at the {base_label}, where a version without Python "
+                      f"loops needs at most about {limit}: that points to a loop that runs a fixed number of times "
+                      f"(for example over a padded batch). {advice}", "python_loop")
+        if os.environ.get("COURSE_PRINT_OPS"):
+            print(f"OPS {self.milestone}/{func}: {dict(counts)}", file=sys.stderr)
         for label, n in grown:
             if n != base:
                 self.fail(f"`{func}` ran {base} tensor operations at the {base_label} but {n} when {label}: "
@@ -359,6 +377,10 @@ def student_error(reply: dict, what: str) -> str:
                 f"them by name).")
     if kind == "shared":
         return f"{reply.get('message')}: create a separate module for each sub-layer."
+    if kind == "tamper":
+        return (f"While running {what}, the process running your code was stopped: {reply.get('message')}. Code "
+                f"may not reach for the grader's own objects (stack frames, the garbage collector, torch's mode "
+                f"internals, ctypes, process memory).")
     if kind == "exit":
         return f"While running {what}, {reply.get('message')}; your code should return, not exit.{tb}"
     if kind == "constructor":

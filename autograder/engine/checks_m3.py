@@ -715,7 +715,7 @@ def structure(t: Tester):
                    f"'gelu'; it raised {reply.get('type')}: {message}", "activation_error_message")
 
 
-@group("m3", "vectorization", depends=PARTS, style=True)
+@group("m3", "vectorization", depends=PARTS, style=True, observes=True)
 def vectorization(t: Tester):
     d, d_ff = 8, 12
 
@@ -728,12 +728,14 @@ def vectorization(t: Tester):
         return reply["record"]["op_count"]
 
     for decoder, name in ((False, "EncoderLayer.forward"), (True, "DecoderLayer.forward")):
-        t.expect_constant_ops({"base": count(decoder, 2, 3), "the batch grew from 2 to 5": count(decoder, 5, 3),
-                               "the length grew from 3 to 7": count(decoder, 2, 7)}, "base size", name,
-                              "Let each sub-layer work on the whole [B, L, d_model] tensor at once.")
+        b, n = t.grown(2, 9, 25), t.grown(3, 9, 25)            # beyond any small padded count
+        t.expect_constant_ops({"base": count(decoder, 2, 3), f"the batch grew from 2 to {b}": count(decoder, b, 3),
+                               f"the length grew from 3 to {n}": count(decoder, 2, n)}, "base size", name,
+                              "Let each sub-layer work on the whole [B, L, d_model] tensor at once.",
+                              limit=300 if decoder else 200)
 
 
-@group("m3", "from_scratch", depends=PARTS, style=True)
+@group("m3", "from_scratch", depends=PARTS, style=True, observes=True)
 def from_scratch(t: Tester):
     d, d_ff = 8, 12
     x, memory = t.randn(2, 3, d), t.randn(2, 4, d)

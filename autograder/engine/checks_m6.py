@@ -110,48 +110,64 @@ def make_model(spec):
     return model
 
 
-def recipe_decode(spec, func, src, src_mask, max_len, kwargs, train=True, gen_seed=None, logits=False, flops=False):
-    """Run the student's `func` on the model of `spec` (in train mode unless `train` is False) and report
-    what it returned and what was seen at model.generator: one call per step, the model's mode and
-    whether gradients were on, the logits (`logits`), the multiply FLOPs so far (`flops`), and every
-    torch.multinomial call."""
+def recipe_decode(spec, func, src, src_mask, max_len, kwargs, train=True, gen_seed=None, logits=False):
+    """Run the student's `func` on the model of `spec` (in train mode unless `train` is False). What is seen
+    goes to the grader's ledger, never into anything the student's code can reach: each call of
+    model.generator made through the module (its rows, the model's mode, whether gradients were on, with
+    `logits` the logits; the ledger adds the matrix-multiply FLOPs so far) and each torch.multinomial call."""
+    import sys
     import decoding
     model = make_model(spec)
     model.train(train)
-    seen = {"rows": [], "modes": [], "grad": [], "logits": [], "flops": [], "multinomial": []}
-    counter = None
-    if flops:
-        from torch.utils.flop_counter import FlopCounterMode
-        counter = FlopCounterMode(display=False)
+    through_module = set()
+    codes = [torch.nn.Module._call_impl.__code__]
+    while codes:
+        code = codes.pop()
+        through_module.add(code)
+        codes += [c for c in code.co_consts if type(c) is type(code)]
 
     def observe(module, args, out):
-        seen["rows"].append(out.size(0) if out.dim() >= 2 else 1)
-        seen["modes"].append(model.training)
-        seen["grad"].append(torch.is_grad_enabled())
-        if logits:
-            seen["logits"].append(out.detach().reshape(-1, out.size(-1)).clone() if out.dim() >= 2 else out)
-        if counter is not None:
-            seen["flops"].append(counter.get_total_flops())
+        if sys._getframe(1).f_code not in through_module:      # only real calls of the module
+            return
+        sys.audit("course.event", {"kind": "generator", "rows": out.size(0) if out.dim() >= 2 else 1,
+                                   "mode": model.training, "grad": torch.is_grad_enabled(),
+                                   "logits": (out.detach().reshape(-1, out.size(-1)).clone()
+                                              if logits and out.dim() >= 2 else None)})
     model.generator.register_forward_hook(observe)
     real, real_method = torch.multinomial, torch.Tensor.multinomial
 
     def counted(probs, num_samples, *args, **kw):
-        seen["multinomial"].append([list(probs.shape), num_samples])
+        sys.audit("course.event", {"kind": "multinomial", "shape": list(probs.shape), "samples": num_samples})
         return real(probs, num_samples, *args, **kw)
     torch.multinomial = counted
     torch.Tensor.multinomial = lambda self, num_samples, *args, **kw: counted(self, num_samples, *args, **kw)
     if gen_seed is not None:
         kwargs = dict(kwargs, generator=torch.Generator().manual_seed(gen_seed))
     try:
-        if counter is not None:
-            with counter:
-                result = getattr(decoding, func)(model, src, src_mask, max_len, 1, 2, 0, **kwargs)
-        else:
-            result = getattr(decoding, func)(model, src, src_mask, max_len, 1, 2, 0, **kwargs)
+        result = getattr(decoding, func)(model, src, src_mask, max_len, 1, 2, 0, **kwargs)
     finally:
         torch.multinomial, torch.Tensor.multinomial = real, real_method
-    seen["mode_after"] = model.training
-    return {"result": result, **seen}
+    return {"result": result, "mode_after": model.training}
+
+
+def seen_in(reply) -> dict:
+    """What recipe_decode's model saw, from the ledger: rows, modes, gradients, logits and FLOPs so far at
+    each generator call; [shape, samples] of each multinomial call; and the ledger's FLOPs at the end."""
+    seen = {"rows": [], "modes": [], "grad": [], "logits": [], "flops": [], "multinomial": [],
+            "total_flops": reply["record"]["flops"]}
+    for event, flops in reply["record"]["events"]:
+        if not isinstance(event, dict):
+            continue
+        if event.get("kind") == "generator":
+            seen["rows"].append(event["rows"])
+            seen["modes"].append(event["mode"])
+            seen["grad"].append(event["grad"])
+            seen["flops"].append(flops)
+            if event.get("logits") is not None:
+                seen["logits"].append(event["logits"])
+        elif event.get("kind") == "multinomial":
+            seen["multinomial"].append([event["shape"], event["samples"]])
+    return seen
 
 
 def recipe_raises(spec, func, src, src_mask, kwargs):
@@ -442,6 +458,13 @@ def step_flops(B, t, Ls, layers, d=D, d_ff=D_FF, vocab=V):
     return layers * per_layer + 2 * B * d * vocab
 
 
+def encoding_flops(B, Ls, layers, d=D, d_ff=D_FF):
+    """Multiply FLOPs of the encoder on Ls positions, and of the keys and values of memory that every
+    decoder layer's cross-attention needs (computed once by a cached decoder)."""
+    encoder = layers * (4 * 2 * B * Ls * d * d + 4 * B * Ls * Ls * d + 2 * 2 * B * Ls * d * d_ff)
+    return encoder + layers * 2 * 2 * B * Ls * d * d
+
+
 def uncached_step_flops(B, t, Ls, layers, d=D, d_ff=D_FF, vocab=V):
     """The same for a decoder run on the whole prefix of t positions (generator on the last one)."""
     per_layer = (4 * 2 * B * t * d * d + 4 * B * t * t * d                      # self-attention
@@ -607,8 +630,9 @@ def decode(t: Tester, spec, func, src, src_mask, max_len, what, train=True, **kw
     def crash(reply):      # an error only a generator used by hand raises on the scripted models
         scripted = "'OracleHead' object has no attribute" in (reply.get("message") or "")
         return (also and also(reply)) or (GENERATOR_BY_HAND if scripted else None)
-    return t.run(recipe_decode, spec, func, src, src_mask, max_len, kwargs, train, what=what, helpers=HELPERS,
-                 crash=crash, **kw)["value"]
+    reply = t.run(recipe_decode, spec, func, src, src_mask, max_len, kwargs, train, what=what, helpers=HELPERS,
+                  crash=crash, **kw)
+    return {**reply["value"], **seen_in(reply)}
 
 
 def call_text(func, B, max_len, extra=""):
@@ -704,7 +728,7 @@ def blame_helper(t: Tester, failure: CheckFailed):
            "next_token_logits_wrong", "the helper `_next_token_logits` gives wrong logits.")
 
 
-@group("m6", "greedy")
+@group("m6", "greedy", observes=True)
 def greedy(t: Tester):
     try:
         greedy_cases(t)
@@ -792,7 +816,7 @@ def sampling_oracle(t: Tester, src, src_mask):
     return spec, logits, cases
 
 
-@group("m6", "sampling", depends=("greedy",))
+@group("m6", "sampling", depends=("greedy",), observes=True)
 def sampling(t: Tester):
     src, src_mask = sources(t, [3])
     spec, logits, cases = sampling_oracle(t, src, src_mask)
@@ -935,7 +959,7 @@ def beam_oracle(t: Tester, src, src_mask, max_len, K, alpha):
     return best[1]
 
 
-@group("m6", "beam", depends=("greedy",))
+@group("m6", "beam", depends=("greedy",), observes=True)
 def beam(t: Tester):
     src, src_mask = sources(t, [2, 4, 1, 3])
     spec = beam_oracle(t, src, src_mask, 6, 3, 1.0)
@@ -979,7 +1003,7 @@ def empty_attention(reply):
     return EMPTY_CACHE if ("non-zero size" in message or "of 0 elements" in message) else None
 
 
-@group("m6", "kv_cache")
+@group("m6", "kv_cache", observes=True)
 def kv_cache(t: Tester):
     for norm_first in (False, True):
         src, src_mask = sources(t, [5, 2, 6, 3])
@@ -1014,11 +1038,19 @@ def kv_cache(t: Tester):
     src, src_mask = sources(t, [12, 9], Ls=Ls)
     spec = transformer_spec(t, 2, False, eos_bias=-1e4)
     what = call_text("greedy_decode_cached", B, max_len) + " (source length 12, a model that never ends early)"
-    got = decode(t, spec, "greedy_decode_cached", src, src_mask, max_len, what, flops=True)
+    got = decode(t, spec, "greedy_decode_cached", src, src_mask, max_len, what)
     marks = got["flops"]
     if len(marks) < max_len:
         t.fail(f"{what} called model.generator {len(marks)} times in {max_len} steps: compute each step's logits "
                f"with model.generator (the checks observe them there).", "generator_not_used")
+    # The whole run too: work done before the first step, or between steps and then replayed, is work.
+    allowed_total = encoding_flops(B, Ls, 2) + sum(step_flops(B, n, Ls, 2) for n in range(1, len(marks) + 1))
+    if got["total_flops"] > 1.1 * allowed_total:
+        t.fail(f"{what} used {got['total_flops']:,} matrix-multiply FLOPs in all (torch.utils.flop_counter: 2 per "
+               f"multiply-add), {got['total_flops'] / allowed_total:.1f} times what a cached decoder needs for these "
+               f"{len(marks)} steps ({allowed_total:,}: the encoder, the keys and values of memory once, then the newest "
+               f"position alone at each step). The cache must save the work, not only move it before the first step or "
+               f"between the steps.", "cache_not_used", "the cached decoder does more work in total than the steps need.")
     for i in range(1, len(marks)):
         t_pos = i + 1                                    # positions cached at step i + 1, the newest included
         used, allowed = marks[i] - marks[i - 1], step_flops(B, t_pos, Ls, 2)
@@ -1059,7 +1091,7 @@ def returned_tokens(result):
     return result[0] if isinstance(result, (tuple, list)) and len(result) == 2 else result
 
 
-@group("m6", "modes", depends=("greedy",), style=True)
+@group("m6", "modes", depends=("greedy",), style=True, observes=True)
 def modes(t: Tester):
     """Judged on every function that gives the right tokens (the others are charged in their own groups)."""
     problems = []
@@ -1085,11 +1117,12 @@ def modes(t: Tester):
                         f"and none of the four decoding functions did. What happened first: {problems[0]}.")
 
 
-@group("m6", "batched", depends=("greedy",), style=True)
+@group("m6", "batched", depends=("greedy",), style=True, observes=True)
 def batched(t: Tester):
+    grown = t.grown(2, 6, 13)                 # beyond any small padded count
     for func in FUNCTIONS:
         counts = {}
-        for B in (2, 5):
+        for B in (2, grown):
             src, src_mask = sources(t, [4] * B)
             spec = (transformer_spec(t, 1, False, eos_bias=-1e4) if func == "greedy_decode_cached"
                     else oracle_spec(vocab=V, seed=3, eos_bias=-1e4))
@@ -1103,8 +1136,8 @@ def batched(t: Tester):
             ok = same_tokens(got, want)
             t.works(torch.ones(1) if ok else torch.zeros(1), torch.ones(1), f"`{func}`")
             counts[f"B = {B}"] = reply["record"]["op_count"]
-        (_, base), (_, grown) = counts.items()
-        if grown != base:
-            t.fail(f"`{func}` ran {base} tensor operations for a batch of 2 but {grown} for a batch of 5 (same source "
+        (_, base), (_, more) = counts.items()
+        if more != base:
+            t.fail(f"`{func}` ran {base} tensor operations for a batch of 2 but {more} for a batch of {grown} (same source "
                    f"length, same number of steps): that points to a Python loop over the batch items. Work on all "
                    f"B rows at once (a loop over the time steps is expected).", "python_loop")

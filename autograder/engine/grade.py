@@ -41,6 +41,15 @@ class Result:
     files: list[GradedFile]
     elapsed: float = 0.0
     notes: list[str] = field(default_factory=list)   # e.g. that the code was not isolated
+    # Evidence that the code reached for the grader's observers (tamper) or computed where they could not
+    # see (unobserved): the checks that rest on those observers score 0, and every output flags it.
+    tamper: list[str] = field(default_factory=list)
+    unobserved: list[str] = field(default_factory=list)
+
+    @property
+    def integrity(self) -> str:
+        """"tamper", "unobserved" or "" (nothing found)."""
+        return "tamper" if self.tamper else ("unobserved" if self.unobserved else "")
 
     @property
     def score(self) -> int:
@@ -67,6 +76,7 @@ class _WorkerPool:
         self.folder, self.slot, self.modules, self.references, self.timeout = folder, slot, modules, references, timeout
         self.factory = slot.worker_factory()
         self.worker: Worker | None = None
+        self.workers: list[Worker] = []           # every worker of this submission (their evidence)
         self.import_lost: WorkerLost | None = None
 
     def get(self) -> Worker:
@@ -75,18 +85,29 @@ class _WorkerPool:
         if self.worker is None or not self.worker.alive():
             self.close()
             self.worker = self.factory([self.folder])
+            self.workers.append(self.worker)
             try:
-                self.worker.request({"op": "import", "modules": list(self.modules),
-                                     "references": list(self.references)}, self.timeout)
+                reply = self.worker.request({"op": "import", "modules": list(self.modules),
+                                             "references": list(self.references)}, self.timeout)
             except WorkerLost as e:
                 self.import_lost = WorkerLost(f"importing your file, {e.reason}", e.kind)
                 raise self.import_lost from None
+            if reply.get("kind") == "tamper":
+                self.import_lost = WorkerLost(f"importing your file, it reached for the grader's own objects "
+                                              f"({reply.get('message')}), and the process was stopped", "tamper")
+                raise self.import_lost
         return self.worker
 
     def close(self):
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+
+    def evidence(self) -> tuple[list[str], list[str]]:
+        """(tamper, unobserved): what the guards of every worker so far reported, once each."""
+        tamper = list(dict.fromkeys(e for w in self.workers for e in w.tamper))
+        unobserved = list(dict.fromkeys(e for w in self.workers for e in w.unobserved))
+        return tamper, unobserved
 
 
 def check_groups(milestone_id: str) -> dict[str, Group]:
@@ -165,8 +186,11 @@ class Grading:
             self.run(name)
         ordered = [self.results[name] for name in self.m.checks]      # report order: course.yaml's
         _name_causes_once(ordered)
+        tamper, unobserved = self.pool.evidence()
+        _charge_observers(ordered, self.groups, tamper, unobserved)
         notes = [self.slot.sandbox.note] if self.slot.sandbox.note else []
-        return Result(self.m.id, self.seed, ordered, self.graded, time.monotonic() - self.start, notes)
+        return Result(self.m.id, self.seed, ordered, self.graded, time.monotonic() - self.start, notes,
+                      tamper, unobserved)
 
 
 def run_order(names, groups: dict[str, Group], known=None) -> list[str]:
@@ -187,6 +211,25 @@ def run_order(names, groups: dict[str, Group], known=None) -> list[str]:
     for name in names:
         visit(name)
     return done
+
+
+def _charge_observers(results: list[CheckResult], groups: dict[str, Group], tamper, unobserved) -> None:
+    """Checks decided by the grader's observers (op counts, functions used, the models' events) score 0
+    when the code reached for those observers or computed where they could not see."""
+    if not tamper and not unobserved:
+        return
+    if tamper:
+        why = (f"Not judged: your code reached for the grader's own objects or switched off what it observes "
+               f"({'; '.join(tamper[:3])}). Checks that rest on those observations score 0, and your instructor "
+               f"is told.")
+    else:
+        why = (f"Not judged: part of your result was computed where the grader could not observe it (an "
+               f"operation outside PyTorch's observed calls: {', '.join(unobserved[:3])}). Checks that rest on "
+               f"observing your computation score 0, and your instructor is told.")
+    for r in results:
+        spec = groups.get(r.name)
+        if spec is not None and spec.observes and r.score:
+            r.score, r.judged, r.message, r.cause, r.cause_text = 0, False, why, None, None
 
 
 def _name_causes_once(results: list[CheckResult]) -> None:

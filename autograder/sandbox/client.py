@@ -100,10 +100,10 @@ class Worker:
             self.kill()
             raise WorkerLost(f"it did not finish within {timeout:g} s (an infinite loop, or very slow code?)",
                              "timeout") from None
-        except (EOFError, BrokenPipeError, ConnectionResetError):
+        except (EOFError, BrokenPipeError, ConnectionResetError, ValueError):    # ValueError: a closed pipe
             code = self.kill()
             raise WorkerLost(_death_reason(code), "died") from None
-        except protocol.ForgedReply as e:
+        except protocol.ForgedReply as e:         # (checked before anything of the body is read)
             self.kill()
             self.tamper.append(str(e))
             raise WorkerLost(f"something wrote {e}", "tamper") from None

@@ -73,44 +73,63 @@ def drop_to(uid):
         os._exit(EXIT_NOT_CONFINED)
 
 
-def readable_as(uid, paths):
-    """Can `uid` list every folder in `paths`? Tried in a short-lived child, so nothing here changes."""
+def unreadable_as(uid, paths):
+    """The folders of `paths` that `uid` cannot list, found in one short-lived child (nothing here changes)."""
     folders = [p for p in paths if os.path.isdir(p)]
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        code = 1
         try:
+            os.close(r)
             drop_to(uid)
+            blocked = []
             for p in folders:
-                os.listdir(p)
-            code = 0
+                try:
+                    os.listdir(p)
+                except OSError:
+                    blocked.append(p)
+            os.write(w, "\0".join(blocked).encode("utf-8", "surrogateescape"))
         finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return [p for p in data.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _search_paths(modules):
+    """sys.path and every loaded package's __path__ (lists of folder names)."""
+    import sys
+    import types
+    lists = [sys.path]
+    for m in list(modules.values()):
+        if isinstance(m, types.ModuleType):
+            path = vars(m).get("__path__")
+            if type(path) is list:
+                lists.append(path)
+    return lists
 
 
 def reach_unreadable(uid, modules):
     """Where `uid` cannot list a folder of sys.path or of a loaded package's __path__, open it now (as
     root) and use it as /proc/self/fd/N instead: the kernel then never walks the root-only folders above
     it. Returns the folders rerouted."""
-    folders = {p for p in __import__("sys").path if p and os.path.isdir(p)}
-    for m in list(modules.values()):
-        for p in list(getattr(m, "__path__", None) or []):
-            if isinstance(p, str) and os.path.isdir(p):
-                folders.add(p)
-    blocked = [p for p in sorted(folders) if not readable_as(uid, [p])]
+    import sys
+    lists = _search_paths(modules)
+    folders = sorted({p for path in lists for p in path if type(p) is str and p})
     moved = {}
-    for p in blocked:
-        fd = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        os.set_inheritable(fd, True)            # workers are forked, not exec'd: the fd stays
+    for p in unreadable_as(uid, folders):
+        fd = os.open(p, os.O_PATH | os.O_DIRECTORY)
+        os.set_inheritable(fd, True)            # workers are forked, not exec'd: the fd stays open
         moved[p] = f"/proc/self/fd/{fd}"
-    sys = __import__("sys")
-    sys.path[:] = [moved.get(p, p) for p in sys.path]
-    for m in list(modules.values()):
-        path = getattr(m, "__path__", None)
-        if isinstance(path, list):
-            path[:] = [moved.get(p, p) for p in path]
+    for path in lists:
+        path[:] = [moved.get(p, p) for p in path]
     sys.path_importer_cache.clear()
     return sorted(moved)
 

@@ -37,7 +37,6 @@ import _hashlib
 import builtins as _builtins
 import marshal as _marshal
 import sys as _sys
-import weakref as _weakref
 
 EXIT_TAMPER = 86
 
@@ -130,17 +129,18 @@ def _op_observe(self, func, types, args=(), kwargs=None, *, _audit=None):
 
 # ---- the hook and its helpers: unreachable, and built on a private copy of builtins -----------------
 
-def _tensors(x, into, s, depth=0):
-    """Every tensor in a nested tuple / list / dict, without running any method a student class defines."""
+def _tensors(x, into, s, depth=6):
+    """Every tensor in a nested tuple / list / dict (down to `depth` levels), without running any method
+    a student class defines."""
     t = type(x)
     if issubclass(t, s["Tensor"]):
         into.append(x)
-    elif depth < 4 and (t is tuple or t is list):
+    elif depth and (t is tuple or t is list):
         for v in x:
-            _tensors(v, into, s, depth + 1)
-    elif depth < 4 and t is dict:
+            _tensors(v, into, s, depth - 1)
+    elif depth and t is dict:
         for v in dict.values(x):
-            _tensors(v, into, s, depth + 1)
+            _tensors(v, into, s, depth - 1)
     return into
 
 
@@ -193,7 +193,8 @@ def _code_owner(frame, s):
     if code in s["library"]:      # the grader's recipes, stand-ins and wrappers: no more rights than a library
         return "library"
     name = code.co_filename
-    if type(name) is not str or name[:1] == "<" or name.startswith(s["student_dirs"]):
+    if type(name) is not str or (name[:1] == "<" and not name.startswith("<frozen ")) \
+            or name.startswith(s["student_dirs"]):
         return "student"
     return "library"
 
@@ -249,26 +250,40 @@ def _seal(s, payload):
 
 def _storage(t, s):
     try:
-        return s["cdata"](s["untyped_storage"](t))
+        return s["untyped_storage"](t)
     except Exception:       # sparse, nested or functional tensors have no storage: nothing to vouch for
         return None
 
 
 def _known(t, s):
-    key = _storage(t, s)
-    if key is None:
+    storage = _storage(t, s)
+    if storage is None:
         return True
-    ref = s["known"].get(key)
-    return ref is not None and ref() is not None
+    handle = s["known"].get(s["cdata"](storage))
+    return handle is not None and not s["expired"](handle)
 
 
 def _vouch(t, s):
-    key = _storage(t, s)
-    if key is not None:
-        try:
-            s["known"][key] = _weakref.ref(t)
-        except TypeError:
-            pass
+    """Remember the storage of `t` as made by an observed operation. The guard holds a weak reference to
+    it (a storage's address is not reused while one exists), so a later storage at the same address is
+    never taken for this one."""
+    storage = _storage(t, s)
+    if storage is None:
+        return
+    key = s["cdata"](storage)
+    handle = s["known"].get(key)
+    if handle is not None:
+        if not s["expired"](handle):
+            return
+        s["free"](handle)
+    s["known"][key] = s["weak_ref"](storage)
+
+
+def _prune(s):
+    """Forget storages that no longer exist."""
+    known = s["known"]
+    for key in [k for k, h in known.items() if s["expired"](h)]:
+        s["free"](known.pop(key))
 
 
 def _unobserved(s, what):
@@ -365,7 +380,7 @@ def _course_event(event, args, frame, s):
         args[1].append(_seal(s, args[0]))
     elif event == "course.admit":
         with s["no_tf"]():
-            for t in _tensors(args[0], [], s):
+            for t in _tensors(args[0], [], s, 12):
                 _vouch(t, s)
     elif event == "course.check":
         with s["no_tf"]():
@@ -385,7 +400,7 @@ def _course_event(event, args, frame, s):
         s["glue"] = _glue_snapshot(s)
         s["armed"] = True
     elif event == "course.prune":
-        s["known"] = {k: r for k, r in s["known"].items() if r() is not None}
+        _prune(s)
     return None
 
 
@@ -595,7 +610,7 @@ def install(modules):
 
     TC = torch._C
     private = {"__builtins__": dict(vars(_builtins)), "__name__": "course_guard",
-               "_hashlib": _hashlib, "_marshal": _marshal, "_weakref": _weakref}
+               "_hashlib": _hashlib, "_marshal": _marshal}
     # No name is looked up in it (everything comes from keyword defaults); C code that imports needs builtins.
     exposed = {"__builtins__": _builtins.__dict__, "__name__": "torch"}
     g = globals()
@@ -603,7 +618,7 @@ def install(modules):
                  "_FROM_DATA_OPS", "_GLUE_MODULES", "_GLUE_NAMES", "EXIT_TAMPER", "_LOADERS"):
         private[name] = g[name]
     for name in ("_tensors", "_pack", "_mm_flops", "_code_owner", "_student_asked", "_where", "_tamper", "_seal",
-                 "_storage", "_known", "_vouch", "_unobserved", "_off_stack", "_op_event", "_fn_event",
+                 "_storage", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_op_event", "_fn_event",
                  "_course_event", "_gate", "_reloads", "_glue_snapshot", "_check_glue", "_watch"):
         private[name] = _rebind(g[name], private)
 
@@ -652,6 +667,8 @@ def install(modules):
         "contiguous": TC.TensorBase.contiguous, "detach": TC.TensorBase.detach, "numpy": TC.TensorBase.numpy,
         "dtype": TC.TensorBase.__dict__["dtype"].__get__, "type_name": type.__dict__["__name__"].__get__,
         "untyped_storage": TC.TensorBase.untyped_storage, "cdata": TC.StorageBase.__dict__["_cdata"].__get__,
+        "weak_ref": TC.StorageBase._weak_ref, "expired": TC.StorageBase._expired,
+        "free": TC.StorageBase._free_weak_ref,
         "no_tf": TC.DisableTorchFunction,
         "len_dispatch": TC._len_torch_dispatch_stack, "at_dispatch": TC._get_dispatch_stack_at,
         "len_function": TC._len_torch_function_stack, "at_function": TC._get_function_stack_at,

@@ -52,7 +52,8 @@ EXPECTED = {
     "monkeypatch":      (16, {"softmax", "stability"}, "NaN", False),
     "fake_results":     (0, ALL, "not implemented yet", False),
     "print_100mb":      (18, {"mask_helpers"}, "printed more than", False),
-    "delete_files":     (20, set(), "", False),
+    # Workers may not write files (the syscall filter refuses every write), so its import fails.
+    "delete_files":     (0, ALL, "Permission denied", False),
     # It also ignores dropout_p (F.scaled_dot_product_attention is called without it).
     "forbidden_api":    (18, {"from_scratch", "dropout"}, "scaled_dot_product_attention", False),
     "stdlib_imports":   (20, set(), "", False),
