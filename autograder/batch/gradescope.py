@@ -45,6 +45,9 @@ set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
 mkdir -p "$ROOT/results"
+# Without bubblewrap the student's code runs as an unprivileged uid: the grader, its checks and the
+# results stay readable by root only.
+[ "$(id -u)" -eq 0 ] && chmod -R go-rwx "$ROOT/source" "$ROOT/results" "$ROOT/submission"
 cd "$ROOT/source"
 PYTHONPATH="$ROOT/source" "$PYTHON" -m autograder.batch.gradescope \\
   --milestone {mid} --submission "$ROOT/submission" --results "$ROOT/results/results.json"

@@ -170,14 +170,15 @@ def write_outputs(run: ClassRun, m: config.Milestone, out: Path) -> None:
         row = {"student": clean(run.students[key].student, one_line=True), "key": key,
                "score": r.score, "max_score": r.max_score}
         row.update({n: by_name[n].score if n in by_name else 0 for n in names})
-        row.update(seed=r.seed, sandbox=run.sandbox.mode, status=run.status[key], seconds=round(r.elapsed, 2))
+        row.update(seed=r.seed, sandbox=run.sandbox.mode, status=run.status[key], integrity=r.integrity,
+                   seconds=round(r.elapsed, 2))
         run.rows.append(row)
         write_text(out / "feedback" / f"{key}.txt", feedback(r) + "\n")
         (out / "results" / key).mkdir(exist_ok=True)
         write_json(out / "results" / key / "results.json", gradescope(r))
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=["student", "key", "score", "max_score", *names, "seed", "sandbox",
-                                          "status", "seconds"])
+                                          "status", "integrity", "seconds"])
         w.writeheader()
         w.writerows(run.rows)
     summary = summarize(run, m)
@@ -214,6 +215,9 @@ def summarize(run: ClassRun, m: config.Milestone) -> dict:
                         "reason": run.results[k].checks[0].message if run.results[k].checks else ""}
                        for k, status in run.status.items() if k not in ran],
         "internal_errors": {s: r.internal_errors for s, r in run.results.items() if r.internal_errors},
+        "integrity": [{"student": clean(run.students[k].student, one_line=True), "key": k, "flag": r.integrity,
+                       "evidence": [clean(e, one_line=True) for e in (r.tamper or r.unobserved)[:5]]}
+                      for k, r in run.results.items() if r.integrity],
     }
 
 
@@ -235,6 +239,12 @@ def summary_text(s: dict) -> str:
     if s["not_graded"]:
         lines += ["", f"## Not graded: {len(s['not_graded'])} student(s) (score 0; their feedback says why)"]
         lines += [f"- {n['student']} ({n['status']}): {n['reason'].removeprefix('Not run: ')}" for n in s["not_graded"]]
+    if s["integrity"]:
+        lines += ["", f"## Integrity flags (instructor only): {len(s['integrity'])} student(s)",
+                  "`tamper`: the code reached for the grader's own objects; `unobserved`: part of its result was "
+                  "computed where the grader could not observe it. Checks resting on those observations scored 0. "
+                  "Evidence for a person to look at (docs/security.md):"]
+        lines += [f"- {f['student']} ({f['flag']}): {'; '.join(f['evidence'])}" for f in s["integrity"]]
     if s["internal_errors"]:
         lines += ["", f"## Grader errors (instructor only): {len(s['internal_errors'])} student(s)"]
         lines += [f"- {k}: {v[0].splitlines()[0] if v else ''}" for k, v in s["internal_errors"].items()]

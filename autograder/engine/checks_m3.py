@@ -732,7 +732,7 @@ def vectorization(t: Tester):
         t.expect_constant_ops({"base": count(decoder, 2, 3), f"the batch grew from 2 to {b}": count(decoder, b, 3),
                                f"the length grew from 3 to {n}": count(decoder, 2, n)}, "base size", name,
                               "Let each sub-layer work on the whole [B, L, d_model] tensor at once.",
-                              limit=300 if decoder else 200)
+                              limit=200 if decoder else 120)
 
 
 @group("m3", "from_scratch", depends=PARTS, style=True, observes=True)

@@ -657,7 +657,7 @@ def vectorization(t: Tester):
                            f"the source grew from 3 to {ls}": count(2, ls, 4),
                            f"the target grew from 4 to {lt}": count(2, 3, lt)},
                           "base size", "Transformer.forward", "Work on whole [B, L, ...] tensors; the only loop "
-                          "expected is the one over the layers.", limit=1500)
+                          "expected is the one over the layers.", limit=700)
 
 
 @group("m4", "from_scratch", depends=PARTS, style=True, observes=True)

@@ -644,4 +644,4 @@ def from_scratch(t: Tester):
         t.expect_allowed(reply["record"], "label_smoothed_cross_entropy")
         counts[label] = reply["record"]["op_count"]
     t.expect_constant_ops(counts, "base size", "label_smoothed_cross_entropy",
-                          "Flatten to [N, V] and compute every position at once.", limit=60)
+                          "Flatten to [N, V] and compute every position at once.", limit=50)

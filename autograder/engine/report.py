@@ -112,7 +112,8 @@ def gradescope(result: Result) -> dict:
             for c in result.checks
         ],
         "extra_data": {"seed": result.seed, "elapsed_seconds": round(result.elapsed, 3),
-                       "internal_errors": result.internal_errors},
+                       "internal_errors": result.internal_errors,
+                       "integrity": {"flag": result.integrity, "evidence": result.tamper or result.unobserved}},
     })
 
 
