@@ -236,10 +236,10 @@ def syscall_filter(profile, pid):
             continue
         deny(name, {"clone": EAGAIN, "fork": EAGAIN, "vfork": EAGAIN, "clone3": ENOSYS,
                     "socket": EACCES, "socketpair": EACCES}.get(name, EPERM if "open" not in name else EACCES))
-    if spec["threads"]:          # clone for a thread only; clone3 hides its flags: glibc falls back to clone
+    deny("clone3", ENOSYS)       # its flags are out of the filter's reach: glibc then falls back to clone
+    if spec["threads"]:          # clone for a thread only
         blocks.append((nr("clone"), [_bpf_stmt(_LD_W_ABS, _arg(0)), _bpf_jump(_JSET_K, CLONE_THREAD, 0, 1),
                                      _bpf_stmt(_RET_K, _ALLOW), _bpf_stmt(_RET_K, _errno(EAGAIN))]))
-        deny("clone3", ENOSYS)
     if spec["unix_sockets"]:
         blocks.append((nr("socket"), [_bpf_stmt(_LD_W_ABS, _arg(0)), _bpf_jump(_JEQ_K, AF_UNIX, 0, 1),
                                       _bpf_stmt(_RET_K, _ALLOW), _bpf_stmt(_RET_K, _errno(EACCES))]))

@@ -58,6 +58,7 @@ VIEW_OPS = frozenset({
     "flatten", "view_as", "expand_as", "slice", "select", "split", "chunk", "unbind", "lift_fresh",
     "_to_copy", "copy_", "empty_like", "movedim", "narrow", "diagonal", "split_with_sizes",
 })
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 # ATen ops whose inputs were made from Python data just before (torch.tensor([...])).
 _FROM_DATA_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})
 # torch functions that make tensors from Python or numpy data without an ATen op.
@@ -112,18 +113,18 @@ def _tripwire(*args, _name=None, _audit=None, **kwargs):
     return holder[1]
 
 
-def _fn_observe(self, func, types, args=(), kwargs=None, *, _audit=None, _made=None, _id=None):
-    _audit("course.fn", self, func)
+def _fn_observe(self, func, types, args=(), kwargs=None, *, _report=None, _made=None):
+    _report(self, func, None)
     result = func(*args, **(kwargs or {}))
-    if _id(func) in _made:
-        _audit("course.made", self, result)
+    if func in _made:
+        _report(self, func, result)
     return result
 
 
-def _op_observe(self, func, types, args=(), kwargs=None, *, _audit=None):
+def _op_observe(self, func, types, args=(), kwargs=None, *, _report=None):
     kwargs = kwargs or {}
     out = func(*args, **kwargs)
-    _audit("course.op", self, func, args, kwargs, out)
+    _report(self, func, args, kwargs, out)
     return out
 
 
@@ -300,48 +301,66 @@ def _off_stack(mode, s, kind):
     return True
 
 
-def _op_event(args, frame, s):
-    mode, func, a, kw, out = args
-    if mode is not s["op_mode"] or frame.f_code is not s["op_code"] or not _off_stack(mode, s, "dispatch"):
-        return _tamper(s, "the grader's operation observer was called by student code", frame)
-    entry = s["op_names"].get(id(func))
-    with s["no_tf"]():
-        if entry is None:
-            name = "unknown"
-            _unobserved(s, "an operator the grader does not know (a custom operator?)")
-        else:
-            name, op, real = entry
-            if op.__dict__.get("_op") is not real:
-                return _tamper(s, f"student code replaced the kernel of aten::{name}", frame)
-        if name not in _FROM_DATA_OPS:
+def _op_entry(mode, func, a, kw, out, *, _s=None):
+    """What the operation observer reports, for each ATen op PyTorch dispatched to it. Only that observer
+    holds this function (in its keyword defaults), and it reports only while PyTorch has it off the stack."""
+    s = _s
+    if s["busy"]:                 # the guard's own work (packing an event's tensors)
+        return
+    if mode is not s["op_mode"] or not _off_stack(mode, s, "dispatch"):
+        return _tamper(s, "the grader's operation observer was called by student code", s["getframe"](1))
+    try:
+        entry = s["op_names"].get(func)      # (hashing by identity: no builtins.id audit event per op)
+    except Exception:
+        entry = None
+    if entry is None:
+        name, kind = "unknown", "new"
+        _unobserved(s, "an operator the grader does not know (a custom operator?)")
+    else:
+        name, op, real, kind = entry
+        if op.__dict__.get("_op") is not real:
+            return _tamper(s, f"student code replaced the kernel of aten::{name}", s["getframe"](1))
+    with s["no_tf"]():            # (tensor methods below must not reach the function observer)
+        if name in _FROM_DATA_OPS:                # torch.tensor([...]): its data just came from Python
+            for t in _tensors(out, [], s):
+                _vouch(t, s)
+        elif kind != "view":      # a view shares its input's storage: nothing new to check or vouch for
             for t in _tensors((a, kw), [], s):
                 if not _known(t, s):
                     _unobserved(s, f"aten::{name}")
-        for t in _tensors(out, [], s):
-            _vouch(t, s)
-    if s["counting"]:
-        key = "aten::" + name
-        s["ops"][key] = s["ops"].get(key, 0) + 1
-        if name not in VIEW_OPS:
-            s["op_count"] += 1
-        s["flops"] += _mm_flops(name, a, s)
+            if kind == "new":
+                for t in _tensors(out, [], s):
+                    _vouch(t, s)
+        if s["counting"]:
+            key = "aten::" + name
+            s["ops"][key] = s["ops"].get(key, 0) + 1
+            if name not in VIEW_OPS:
+                s["op_count"] += 1
+            if name in _MATMULS:
+                s["flops"] += _mm_flops(name, a, s)
     return None
 
 
-def _fn_event(event, args, frame, s):
-    if args[0] is not s["fn_mode"] or frame.f_code is not s["fn_code"] or not _off_stack(args[0], s, "function"):
-        return _tamper(s, "the grader's function observer was called by student code", frame)
-    if event == "course.made":
+def _fn_entry(mode, func, result, *, _s=None):
+    """What the function observer reports: the torch function called (`result` None), or a tensor made
+    from Python or numpy data (`result`), which is then known."""
+    s = _s
+    if s["busy"]:
+        return
+    if mode is not s["fn_mode"] or not _off_stack(mode, s, "function"):
+        return _tamper(s, "the grader's function observer was called by student code", s["getframe"](1))
+    if result is not None:
         with s["no_tf"]():
-            for t in _tensors(args[1], [], s):
+            for t in _tensors(result, [], s):
                 _vouch(t, s)
-        return None
-    if s["counting"]:
-        func = args[1]
-        name = s["fn_names"].get(id(func))
+    elif s["counting"]:
+        try:
+            name = s["fn_names"].get(func)
+        except Exception:
+            name = None
         if name is None:
             try:
-                name = type.__getattribute__(func, "__name__") if type(func) is type else func.__name__
+                name = s["name_of"].get(type(func), _no_name)(func)
             except Exception:
                 name = None
         if type(name) is str:
@@ -349,12 +368,12 @@ def _fn_event(event, args, frame, s):
     return None
 
 
+def _no_name(func):
+    return None
+
+
 def _course_event(event, args, frame, s):
     """Events the grader's own code sends. Each is accepted only from the code allowed to send it."""
-    if event == "course.op":
-        return _op_event(args, frame, s)
-    if event == "course.fn" or event == "course.made":
-        return _fn_event(event, args, frame, s)
     if event == "course.gate":
         return _gate(args, frame, s)
     code = frame.f_code
@@ -588,6 +607,18 @@ def _allowlists(modules, protected):
     return {key: frozenset(v) for key, v in allowed.items()}
 
 
+def _hashable_names(namespace):
+    """{function: name} for the callables of a namespace that can be dictionary keys."""
+    out = {}
+    for k, v in namespace.items():
+        if callable(v):
+            try:
+                out[v] = k
+            except TypeError:
+                pass
+    return out
+
+
 def _sealed_class(name, base, method_name, method):
     """A subclass of torch's mode `base` holding every attribute of its bases itself, so that nothing
     student code sets on torch's classes is ever looked up on the grader's observers."""
@@ -615,10 +646,10 @@ def install(modules):
     exposed = {"__builtins__": _builtins.__dict__, "__name__": "torch"}
     g = globals()
     for name in ("_WATCH", "_FRAME_ATTRS", "_CODE_ATTRS", "_STACK_APIS", "_STACK_LIBS", "VIEW_OPS",
-                 "_FROM_DATA_OPS", "_GLUE_MODULES", "_GLUE_NAMES", "EXIT_TAMPER", "_LOADERS"):
+                 "_FROM_DATA_OPS", "_GLUE_MODULES", "_GLUE_NAMES", "EXIT_TAMPER", "_LOADERS", "_MATMULS"):
         private[name] = g[name]
     for name in ("_tensors", "_pack", "_mm_flops", "_code_owner", "_student_asked", "_where", "_tamper", "_seal",
-                 "_storage", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_op_event", "_fn_event",
+                 "_storage", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_no_name",
                  "_course_event", "_gate", "_reloads", "_glue_snapshot", "_check_glue", "_watch"):
         private[name] = _rebind(g[name], private)
 
@@ -643,14 +674,16 @@ def install(modules):
         base, _, overload = rest.partition(".")
         try:
             op = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
-            op_names[id(op)] = (base, op, op.__dict__.get("_op"))
+            aliases = [r.alias_info for r in op._schema.returns if r.alias_info is not None]
+            kind = "new" if not aliases else ("inplace" if any(a.is_write for a in aliases) else "view")
+            op_names[op] = (base, op, op.__dict__.get("_op"), kind)
         except Exception:
             pass
-    made = {id(getattr(torch, n)): n for n in _MADE_FROM_DATA if hasattr(torch, n)}
+    made = {getattr(torch, n): n for n in _MADE_FROM_DATA if hasattr(torch, n)}
 
     wire_code = _rebind(_tripwire, exposed).__code__
-    fn_method = _rebind(_fn_observe, exposed, {"_audit": _sys.audit, "_made": made, "_id": id})
-    op_method = _rebind(_op_observe, exposed, {"_audit": _sys.audit})
+    fn_method = _rebind(_fn_observe, exposed, {"_report": None, "_made": made})
+    op_method = _rebind(_op_observe, exposed, {"_report": None})
     fn_mode = _sealed_class("TorchFunctionMode", TorchFunctionMode, "__torch_function__", fn_method)()
     op_mode = _sealed_class("TorchDispatchMode", TorchDispatchMode, "__torch_dispatch__", op_method)()
     s = {
@@ -660,8 +693,12 @@ def install(modules):
         "functions": set(), "ops": {}, "op_count": 0, "flops": 0, "events": [], "unobserved": [], "tamper": [],
         "known": {}, "library": set(), "models": set(), "worker": set(), "guarded": set(), "keep": [],
         "wires": {}, "wire_code": wire_code, "op_names": op_names,
-        "fn_names": {id(v): k for k, v in vars(torch).items() if callable(v)},
+        "fn_names": _hashable_names(vars(torch)),
         "fn_mode": fn_mode, "op_mode": op_mode, "fn_code": fn_method.__code__, "op_code": op_method.__code__,
+        "getframe": _sys._getframe,
+        "name_of": {t: t.__dict__["__name__"].__get__ for t in (types.FunctionType, types.BuiltinFunctionType,
+                                                                types.MethodDescriptorType, types.WrapperDescriptorType,
+                                                                types.MethodWrapperType, types.ClassMethodDescriptorType)},
         "Tensor": torch.Tensor, "size": TC.TensorBase.size, "ModuleType": types.ModuleType, "vars": vars,
         "ModuleSpec": importlib.machinery.ModuleSpec, "loaded": frozenset(),
         "contiguous": TC.TensorBase.contiguous, "detach": TC.TensorBase.detach, "numpy": TC.TensorBase.numpy,
@@ -695,6 +732,8 @@ def install(modules):
     glue_classes = (TorchDispatchMode, TorchFunctionMode, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
     s["glue_classes"] = [(c, {k: id(v) for k, v in vars(c).items()}) for c in glue_classes]
 
+    fn_method.__kwdefaults__["_report"] = _rebind(_fn_entry, private, {"_s": s})
+    op_method.__kwdefaults__["_report"] = _rebind(_op_entry, private, {"_s": s})
     hook = _rebind(_hook, private, {"_s": s, "_getframe": _sys._getframe, "_watch_set": _WATCH})
     _sys.addaudithook(hook)
     # The observers stay on their stacks for the worker's whole life, pushed with the originals.

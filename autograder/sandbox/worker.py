@@ -264,7 +264,8 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
         "        given = [n + ' ' + _describe(a) for n, a in zip(_names, args) if n != 'self']\n"
         "        given += [k + '=' + _describe(v) for k, v in kwargs.items()]\n"
         "        e._course_call = {'where': _where, 'args': ', '.join(given) or 'no arguments'}\n"
-        "        raise\n", "<course>", "exec").co_consts[0]
+        "        raise\n", "<course>", "exec").co_consts
+    wrapper_code = next(c for c in wrapper_code if type(c) is types.CodeType)
     wrapper_globals = {"__builtins__": {"zip": zip, "Exception": Exception}}
 
     def describe_arg(x):
