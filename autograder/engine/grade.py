@@ -173,6 +173,18 @@ class Grading:
                 self.results[dep] = self._run(dep)
         return self.results[name]
 
+    def verdict(self, name: str) -> CheckResult:
+        """`run(name)`, with the rule on the grader's observers applied: a group they decide is judged only
+        after every group ran (evidence found anywhere counts)."""
+        spec = self.groups.get(name)
+        if spec is None or not spec.observes:
+            return self.run(name)
+        for other in self.m.checks:
+            self.run(other)
+        tamper, unobserved = self.pool.evidence()
+        _charge_observers([self.results[name]], self.groups, tamper, unobserved)
+        return self.results[name]
+
     def _run(self, name: str) -> CheckResult:
         points = self.m.checks[name]
         if time.monotonic() - self.start > self.m.total_timeout:

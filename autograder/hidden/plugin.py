@@ -5,7 +5,8 @@
 Each check group of course.yaml becomes a test named after it. Grading is the engine's
 (`engine.grade.Grading`): the same sandboxed worker, seed and messages as `course grade`, one worker
 session for the whole pytest session, each group graded once and only when its test runs (with
-`-k parity`, only parity and the groups it depends on, which decide its stand-ins, are graded; `-x`
+`-k parity`, only parity and the groups it depends on, which decide its stand-ins, are graded, except
+that a group decided by the grader's observers waits for every group, whose evidence it needs; `-x`
 stops grading at the first failing group). A failing test shows exactly the student-facing message;
 points, score and seed are recorded as properties (JUnit XML: `--junitxml`).
 """
@@ -25,6 +26,8 @@ def pytest_addoption(parser):
     g.addoption("--submission", metavar="DIR", help="folder holding the student's files for the milestone")
     g.addoption("--milestone", metavar="ID", help="milestone id from course.yaml, e.g. m3")
     g.addoption("--seed", type=int, default=None, help="seed for the hidden inputs (default: course.yaml grading.seed)")
+    g.addoption("--sandbox", choices=("auto", "bwrap", "rlimits"), default="auto",
+                help="how the student's code is isolated (default: bubblewrap when it works)")
 
 
 def pytest_collect_file(file_path, parent):
@@ -59,7 +62,7 @@ class GroupItem(pytest.Item):
     def runtest(self):
         grading, reported = _grading(self.config, self.milestone)
         from ..engine.grade import same_reason
-        result = grading.run(self.name)
+        result = grading.verdict(self.name)
         self.user_properties += [("points", self.points), ("score", result.score), ("seed", grading.seed),
                                  ("graded_groups", ",".join(grading.results))]
         message = same_reason(result, [grading.results[n] for n in reported]) or result.message
@@ -92,7 +95,7 @@ def _grading(config, milestone: str):
         from ..engine.submission import SubmissionError
         opts = config.option
         try:
-            grading = Grading(Path(opts.submission), milestone, seed=opts.seed).__enter__()
+            grading = Grading(Path(opts.submission), milestone, seed=opts.seed, sandbox=opts.sandbox).__enter__()
             state = (grading, [])
         except SubmissionError as e:
             state = e
