@@ -121,9 +121,10 @@ def _fn_observe(self, func, types, args=(), kwargs=None, *, _report=None, _made=
     return result
 
 
-def _op_observe(self, func, types, args=(), kwargs=None, *, _report=None):
+def _op_observe(self, func, types, args=(), kwargs=None, *, _report=None, _kernels=None):
     kwargs = kwargs or {}
-    out = func(*args, **kwargs)
+    kernel = _kernels.get(func)           # the operator's own kernel, straight (not OpOverload.__call__)
+    out = func(*args, **kwargs) if kernel is None else kernel(*args, **kwargs)
     _report(self, func, args, kwargs, out)
     return out
 
@@ -133,12 +134,18 @@ def _op_observe(self, func, types, args=(), kwargs=None, *, _report=None):
 def _tensors(x, into, s, depth=6):
     """Every tensor in a nested tuple / list / dict (down to `depth` levels), without running any method
     a student class defines."""
+    Tensor = s["Tensor"]
     t = type(x)
-    if issubclass(t, s["Tensor"]):
+    if t is tuple or t is list:
+        if depth:
+            for v in x:
+                tv = type(v)
+                if tv is Tensor or issubclass(tv, Tensor):
+                    into.append(v)
+                elif tv is tuple or tv is list or tv is dict:
+                    _tensors(v, into, s, depth - 1)
+    elif t is Tensor or issubclass(t, Tensor):
         into.append(x)
-    elif depth and (t is tuple or t is list):
-        for v in x:
-            _tensors(v, into, s, depth - 1)
     elif depth and t is dict:
         for v in dict.values(x):
             _tensors(v, into, s, depth - 1)
@@ -256,6 +263,11 @@ def _storage(t, s):
         return None
 
 
+def _key(t, s):
+    storage = _storage(t, s)
+    return None if storage is None else s["cdata"](storage)
+
+
 def _known(t, s):
     storage = _storage(t, s)
     if storage is None:
@@ -324,10 +336,15 @@ def _op_entry(mode, func, a, kw, out, *, _s=None):
         if name in _FROM_DATA_OPS:                # torch.tensor([...]): its data just came from Python
             for t in _tensors(out, [], s):
                 _vouch(t, s)
-        elif kind != "view":      # a view shares its input's storage: nothing new to check or vouch for
+        elif kind == "view":      # a view shares its input's storage (then nothing is new) or copies it
+            given = {_key(t, s) for t in _tensors((a, kw), [], s)}
+            for t in _tensors(out, [], s):
+                if _key(t, s) not in given:
+                    _vouch(t, s)
+        else:
             for t in _tensors((a, kw), [], s):
                 if not _known(t, s):
-                    _unobserved(s, f"aten::{name}")
+                    _unobserved(s, f"aten::{name} (an input of shape {list(s['size'](t))})")
             if kind == "new":
                 for t in _tensors(out, [], s):
                     _vouch(t, s)
@@ -345,7 +362,7 @@ def _fn_entry(mode, func, result, *, _s=None):
     """What the function observer reports: the torch function called (`result` None), or a tensor made
     from Python or numpy data (`result`), which is then known."""
     s = _s
-    if s["busy"]:
+    if s["busy"] or (result is None and not s["counting"]):      # nothing to record
         return
     if mode is not s["fn_mode"] or not _off_stack(mode, s, "function"):
         return _tamper(s, "the grader's function observer was called by student code", s["getframe"](1))
@@ -649,7 +666,7 @@ def install(modules):
                  "_FROM_DATA_OPS", "_GLUE_MODULES", "_GLUE_NAMES", "EXIT_TAMPER", "_LOADERS", "_MATMULS"):
         private[name] = g[name]
     for name in ("_tensors", "_pack", "_mm_flops", "_code_owner", "_student_asked", "_where", "_tamper", "_seal",
-                 "_storage", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_no_name",
+                 "_storage", "_key", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_no_name",
                  "_course_event", "_gate", "_reloads", "_glue_snapshot", "_check_glue", "_watch"):
         private[name] = _rebind(g[name], private)
 
@@ -683,7 +700,9 @@ def install(modules):
 
     wire_code = _rebind(_tripwire, exposed).__code__
     fn_method = _rebind(_fn_observe, exposed, {"_report": None, "_made": made})
-    op_method = _rebind(_op_observe, exposed, {"_report": None})
+    op_method = _rebind(_op_observe, exposed, {"_report": None,
+                                               "_kernels": {op: real for op, (_, _, real, _) in op_names.items()
+                                                            if real is not None}})
     fn_mode = _sealed_class("TorchFunctionMode", TorchFunctionMode, "__torch_function__", fn_method)()
     op_mode = _sealed_class("TorchDispatchMode", TorchDispatchMode, "__torch_dispatch__", op_method)()
     s = {
