@@ -35,6 +35,10 @@ KERNEL_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "MPLCONFIG
               "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
 
 
+NO_SUBPROCESS_PIPE = ("import ipykernel.iostream\n"
+                      "ipykernel.iostream.IOPubThread._setup_pipe_in = lambda self: setattr(self, '_pipe_flag', False)\n")
+
+
 def isolation():
     """How notebook kernels are isolated on this machine (the same test as grading's)."""
     return launch.isolation()
@@ -67,12 +71,17 @@ class SandboxedKernelManager(AsyncKernelManager):
             home = self._private / "home"
             home.mkdir(exist_ok=True)
             env.update(HOME=str(home), MPLCONFIGDIR=str(home / "mpl"), IPYTHONDIR=str(home / "ipython"))
-        target = cmd[1:] if cmd[1:2] == ["-m"] else ["-m", "ipykernel_launcher", *cmd[1:]]
+        # [python, interpreter options (-Xfrozen_modules=off), -m, ipykernel_launcher, -f, connection file]:
+        # the launcher runs the module in its own interpreter, so only what follows -m is kept.
+        target = cmd[cmd.index("-m"):] if "-m" in cmd else ["-m", "ipykernel_launcher", *cmd[1:]]
         self._watch_disk()
-        return launch.command(target, profile="kernel", limits=KERNEL_LIMITS, env=env, cwd=cwd,
-                              binds=[("ro", cwd, cwd), ("rw", self._private, self._private)], uid=KERNEL_UID,
-                              own=[self._private, Path(self.connection_file), *self._private.glob("home")],
-                              path=[str(cwd)], box=box)
+        # Without a network namespace the kernel may open unix sockets only: its pipe for forked
+        # subprocesses (which the filter forbids anyway) would bind 127.0.0.1, so it is left out.
+        return launch.command(target, profile="kernel_netns" if box.isolated else "kernel", limits=KERNEL_LIMITS,
+                              env=env, cwd=cwd, binds=[("ro", cwd, cwd), ("rw", self._private, self._private)],
+                              uid=KERNEL_UID, own=[self._private, Path(self.connection_file),
+                                                   *self._private.glob("home")],
+                              path=[str(cwd)], box=box, preamble=NO_SUBPROCESS_PIPE if not box.isolated else "")
 
     def _watch_disk(self):
         """Stop the kernel when its socket folder holds more than KERNEL_DISK bytes."""

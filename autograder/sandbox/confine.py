@@ -189,6 +189,8 @@ PROFILES = {
     "trainer": {"deny": _ALWAYS + ("socket", "socketpair"), "threads": True, "unix_sockets": False,
                 "write_files": True},
     "kernel": {"deny": _ALWAYS, "threads": True, "unix_sockets": True, "write_files": True},
+    # under bubblewrap's network namespace (loopback only): jupyter's kernel binds 127.0.0.1 for its pipes
+    "kernel_netns": {"deny": _ALWAYS, "threads": True, "unix_sockets": False, "write_files": True},
 }
 
 

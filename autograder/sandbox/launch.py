@@ -30,6 +30,7 @@ os.environ.clear()
 os.environ.update(conf["env"])
 os.chdir(conf["cwd"])
 confine(conf["limits"], conf.get("uid"), conf["profile"])
+exec(conf.get("preamble") or "")
 sys.argv = conf["argv"]
 sys.path[:0] = conf.get("path", [])
 if conf["module"]:
@@ -46,16 +47,18 @@ def isolation() -> Sandbox:
 
 def command(target: list[str], *, profile: str, limits: dict, env: dict, cwd: Path,
             binds: list[tuple[str, Path, Path]], uid: int | None = None, own: list[Path] = (),
-            path: list[str] = (), tmp_bytes: int = 256 * 1024 ** 2, box: Sandbox | None = None) -> list[str]:
+            path: list[str] = (), tmp_bytes: int = 256 * 1024 ** 2, box: Sandbox | None = None,
+            preamble: str = "") -> list[str]:
     """argv running `target` confined. `target`: ["-m", "module", args...] or ["script.py", args...].
     `uid`: the unprivileged uid to become when running as root without bubblewrap; `own`: paths given to
-    that uid first; `path`: folders put first on sys.path (as `python -m` puts the working folder)."""
+    that uid first; `path`: folders put first on sys.path (as `python -m` puts the working folder);
+    `preamble`: code run once confined, before the target."""
     box = box or isolation()
     module = target[1] if target[0] == "-m" else None
     argv = [target[1], *target[2:]] if module else list(target)
     conf = {"limits": limits, "profile": profile, "env": env, "cwd": str(cwd), "argv": argv,
             "module": module, "script": None if module else target[0], "path": [str(p) for p in path],
-            "uid": None, "own": [], "reach": False}
+            "uid": None, "own": [], "reach": False, "preamble": preamble}
     prefix: list[str] = []
     if box.isolated:
         prefix = bwrap.command(binds, str(cwd), tmp_bytes=tmp_bytes)

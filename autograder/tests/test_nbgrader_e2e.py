@@ -3,7 +3,7 @@ student's per-cell scores, the per-check export, and that feedback shows no hidd
 
 The m1 class: correct (written answers filled in), blank (the stub), partly wrong, corrupted notebook
 JSON, a deleted graded cell, an infinite loop in one function, a student file named like the
-grader's package, and six hostile notebooks (HOSTILE below) whose files are the partly wrong ones:
+grader's package, and seven hostile notebooks (HOSTILE below) whose files are the partly wrong ones:
 each must score exactly what that code earns, and leave every course file as it was. The m2 class
 has the first four: the other cases test nbgrader's mechanics, which do not depend on the milestone.
 
@@ -111,6 +111,12 @@ try:
     print("WROTE a file in the course root")
 except Exception as e:
     print("course root not writable:", type(e).__name__)
+""",
+    "h_privilege": """
+import os
+status = open("/proc/self/status").read()
+caps = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
+print(f"UID {os.getuid()} CAPEFF {caps}")
 """,
     "h_delete": _FIND_COURSE + """
 import shutil, tempfile
@@ -446,3 +452,13 @@ def test_hostile_cells_reach_nothing_in_the_sandbox(course):
     assert "not reachable" in said["h_read_solutions"] and "READ" not in said["h_read_solutions"], said
     assert "OPENED" not in said["h_gradebook"] and "WROTE" not in said["h_gradebook"], said
     assert "DELETED nothing" in said["h_delete"], said
+
+
+def test_the_notebook_kernel_has_no_privilege(course):
+    """With bubblewrap or without: never root, never a capability (as root, an unprivileged uid)."""
+    root, _, _ = course
+    nb = json.loads((root / "autograded/m1_h_privilege/m1_attention/m1_attention.ipynb").read_text())
+    attack = next(c for c in nb["cells"] if c.get("id") == "attack")
+    said = "".join("".join(o.get("text", "")) for o in attack["outputs"] if o.get("output_type") == "stream")
+    uid, caps = said.split()[1], said.split()[3]
+    assert uid != "0" and int(caps, 16) == 0, said
