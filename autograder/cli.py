@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=int, help="most training steps (training stops earlier once validation exact "
                                               "match reaches 99.8%%)")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="with --from where bubblewrap cannot run and this is not root: run the files anyway, "
+                        "with all of your rights (refused otherwise)")
     tr = sub.add_parser("translate", help="decode one input with a checkpoint written by `course train`",
                         description="Decode TEXT with CHECKPOINT (model.pt of `course train`): greedy, or beam "
                                     "search with --beam (decoding.py needed).")
@@ -71,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("text", metavar="TEXT")
     tr.add_argument("--from", dest="source", metavar="DIR", help="the folder the model was trained --from")
     tr.add_argument("--beam", type=int, metavar="K", help="beam search with K hypotheses instead of greedy")
+    tr.add_argument("--unsafe-no-sandbox", action="store_true",
+                    help="with --from where bubblewrap cannot run and this is not root: run the files anyway, "
+                         "with all of your rights (refused otherwise)")
     from .batch.cli import add_parsers as _batch_parsers
     _batch_parsers(sub)
     return p
@@ -107,14 +113,16 @@ def _train(course: config.Course, args) -> int:
     from . import train
     try:
         if args.command == "translate":
-            print(train.translate(course, Path(args.checkpoint), args.text, args.source, args.beam))
+            print(train.translate(course, Path(args.checkpoint), args.text, args.source, args.beam,
+                                  unsafe=args.unsafe_no_sandbox))
             return 0
         overrides = {"task": args.task, "seed": args.seed}
         if args.task == "dates":
             overrides.update(steps=6000, n_train=30000)
         if args.steps:
             overrides["steps"] = args.steps
-        result = train.train(course, Path(args.source) if args.source else None, Path(args.out), overrides)
+        result = train.train(course, Path(args.source) if args.source else None, Path(args.out), overrides,
+                             unsafe=args.unsafe_no_sandbox)
     except train.TrainError as e:
         print(f"course {args.command}: {e}", file=sys.stderr)
         return 1

@@ -1,13 +1,23 @@
-"""Train a Transformer assembled from a folder of course modules; never imported by the grader.
+"""The confined child of `course train` / `course translate`: trains (or decodes with) a Transformer
+assembled from a folder of course modules. Never imported by the grader or by `course`.
 
-    python -I -B trainrun.py FOLDER OUT CONFIG_JSON
+    trainrun.py FOLDER OUT          (started by autograder.sandbox.launch, profile "trainer")
 
-FOLDER holds attention.py, multihead.py, blocks.py, model.py, training.py, data.py (and decoding.py
-when the course or the student has it): the course's references, or a student's own files. Like the
-grading worker, this script imports nothing from the course package, so the modules are exactly the
-files in FOLDER. It prints progress lines and, at the end, one line `RESULT <json>`; it writes
-OUT/model.pt (weights, configuration, vocabulary), OUT/training.png (loss and learning rate) and
-OUT/summary.json. A crash inside a module is reported as `ERROR <json>` naming the file and line.
+It runs as an unprivileged user with no capability, under a syscall filter (no new processes, no
+programs, no sockets), under bubblewrap when it works. FOLDER (read-only) holds attention.py,
+multihead.py, blocks.py, model.py, training.py, data.py (and decoding.py when there is one): the
+course's references or a student's own files, and `job.json`, everything the parent sends: the
+configuration, the training and validation pairs, the test SOURCES (never their targets), the
+vocabulary. OUT is the only folder it may write. Like the grading worker, this script imports nothing
+from the course package, so the modules are exactly the files in FOLDER.
+
+It prints `PROGRESS <json>` lines while training and, when a module fails, one `ERROR <json>` line
+naming the file and line. It writes OUT/model.pt (tensors and plain values only: the weights, the
+configuration dict, the vocabulary string), OUT/training.png, OUT/attention.png and OUT/result.json:
+the TOKEN IDS it decoded for each test source (greedy, beam, KV-cached, sampled) and plain timings.
+No score is computed here: the parent decodes those ids with the course's own tokenizer and compares
+them with test targets this process never sees. (The validation exact match below only picks the
+weights to keep and when to stop; it is progress, not a result.)
 """
 import json
 import math
@@ -17,17 +27,19 @@ import time
 import traceback
 
 FOLDER, OUT = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
-CONF = json.loads(sys.argv[3])
+with open(os.path.join(FOLDER, "job.json")) as _f:
+    JOB = json.load(_f)
+CONF = JOB["conf"]
 sys.path.insert(0, FOLDER)
 
 
-def fail(stage, exc):
+def fail(stage, exc, message=None):
     """Report an exception by the course module (file and line) it came from, and stop."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if os.path.dirname(os.path.realpath(f.filename)) == FOLDER]
     where = frames[-1] if frames else None
     print("ERROR " + json.dumps({
-        "stage": stage, "type": type(exc).__name__, "message": str(exc)[:500],
+        "stage": stage, "type": type(exc).__name__, "message": (message or str(exc))[:500],
         "file": os.path.basename(where.filename) if where else None, "line": where.lineno if where else None,
         "code": (where.line or "") if where else ""}), flush=True)
     sys.exit(1)
@@ -35,7 +47,6 @@ def fail(stage, exc):
 
 try:
     import torch
-    from data import make_task
     from model import Transformer
     from training import CharTokenizer, evaluate, make_batch, make_optimizer, train_step
     try:
@@ -81,34 +92,52 @@ def decode_batch(model, b, tok, max_len, how="greedy", beam=4):
     return decoding.greedy_decode(*args) if decoding is not None else greedy(*args)
 
 
-def exact_match(model, pairs, tok, max_len, how="greedy", beam=4, batch=256):
-    """Share of pairs whose decoded output equals the target, a few (source, target, output) samples, and
-    the outputs themselves."""
-    hits, samples, outputs = 0, [], []
+def rows(out, eos, limit):
+    """A [B, T] tensor of token ids -> lists of ints, each cut after its first <eos> (at most `limit`)."""
+    lists = []
+    for row in out.tolist():
+        row = [int(i) for i in row[:limit]]
+        lists.append(row[: row.index(eos) + 1] if eos in row else row)
+    return lists
+
+
+def decode_all(model, sources, tok, max_len, how="greedy", beam=4, batch=256):
+    """Token ids decoded for every source (lists of ints). Decoding reads only src and src_mask: the sources
+    stand in for the targets, which this process never has."""
+    outputs = []
+    for i in range(0, len(sources), batch):
+        chunk = sources[i:i + batch]
+        b = make_batch(chunk, chunk, tok.pad_id, tok.bos_id, tok.eos_id)
+        outputs += rows(decode_batch(model, b, tok, max_len, how, beam), tok.eos_id, max_len + 2)
+    return outputs
+
+
+def val_exact_match(model, pairs, tok, max_len, batch=256):
+    """Share of validation pairs decoded exactly: picks the weights to keep, and when to stop."""
+    hits = 0
     for i in range(0, len(pairs), batch):
         chunk = pairs[i:i + batch]
         b = make_batch([s for s, _ in chunk], [t for _, t in chunk], tok.pad_id, tok.bos_id, tok.eos_id)
-        for (s, t), row in zip(chunk, decode_batch(model, b, tok, max_len, how, beam)):
-            got = tok.decode(row)
-            outputs.append(got)
-            hits += got == tok.decode(t)
-            if len(samples) < 6:
-                samples.append((tok.decode(s), tok.decode(t), got))
-    return hits / max(1, len(pairs)), samples, outputs
+        for (_, t), row in zip(chunk, decode_batch(model, b, tok, max_len)):
+            hits += tok.decode(row) == tok.decode(t)
+    return hits / max(1, len(pairs))
+
+
+def write_json(name, obj):
+    with open(os.path.join(OUT, name), "w") as f:
+        json.dump(obj, f)
 
 
 def main():
     c = CONF
     torch.manual_seed(c["seed"])
-    stage = "data"
+    stage = "tokenizer"
     try:
-        opts = {} if c["task"] == "dates" else {"min_len": 1, "max_len": c["seq_len"]}
-        splits = make_task(c["task"], c["n_train"], c["n_val"], c["n_test"], seed=c["seed"], **opts)
-        stage = "tokenizer"
-        tok = CharTokenizer([s for pair in splits.train for s in pair])
-        enc = lambda pairs: [(tok.encode(s), tok.encode(t)) for s, t in pairs]  # noqa: E731
-        train, val, test = enc(splits.train), enc(splits.val), enc(splits.test)
-        max_out = max(len(t) for _, t in train + val + test) + 2
+        tok = CharTokenizer([s for pair in JOB["train"] for s in pair])
+        train = [(tok.encode(s), tok.encode(t)) for s, t in JOB["train"]]
+        val = [(tok.encode(s), tok.encode(t)) for s, t in JOB["val"]]
+        test = [tok.encode(s) for s in JOB["test"]]
+        max_out = JOB["max_out"]
         stage = "model"
         model = Transformer(tok.vocab_size, tok.vocab_size, d_model=c["d_model"], num_heads=c["heads"],
                             num_layers=c["layers"], d_ff=c["d_ff"], dropout=c["dropout"], max_len=64)
@@ -136,16 +165,16 @@ def main():
         history.append((step, float(loss), optimizer.param_groups[0]["lr"]))
         if step % c["eval_every"] == 0 or step == c["steps"]:
             try:
-                em, _, _ = exact_match(model, val, tok, max_out)
+                em = val_exact_match(model, val, tok, max_out)
                 val_loss = evaluate(model, [make_batch([s for s, _ in val[:256]], [t for _, t in val[:256]],
                                                         tok.pad_id, tok.bos_id, tok.eos_id)], tok.pad_id)
             except Exception as e:
                 fail("evaluation", e)
-            evals.append((step, em, val_loss))
+            evals.append((step, em, float(val_loss)))
             if best is None or em > best[1]:     # keep the best weights so far (accuracy oscillates late in training)
                 best = (step, em, {k: v.detach().clone() for k, v in model.state_dict().items()})
             elapsed = time.monotonic() - t0
-            print(f"PROGRESS {json.dumps({'step': step, 'steps': c['steps'], 'loss': float(loss), 'val_em': em, 'val_loss': val_loss, 'tok_s': tokens_seen / max(elapsed, 1e-9), 'elapsed': elapsed})}", flush=True)
+            print(f"PROGRESS {json.dumps({'step': step, 'steps': c['steps'], 'loss': float(loss), 'val_em': em, 'val_loss': float(val_loss), 'tok_s': tokens_seen / max(elapsed, 1e-9), 'elapsed': elapsed})}", flush=True)
             if em >= c["stop_at"]:
                 break
         elif step % 10 == 0:
@@ -156,57 +185,64 @@ def main():
         model.load_state_dict(best[2])
     try:
         t_dec = time.monotonic()
-        em, samples, greedy_out = exact_match(model, test, tok, max_out)
-        result = {"task": c["task"], "steps": step, "best_step": best[0] if best else step,
-                  "train_seconds": round(train_s, 1), "test_size": len(test),
-                  "exact_match_greedy": em, "samples": samples, "val": evals,
-                  "decoding": "decoding.py" if decoding is not None else "the course's greedy",
-                  "seconds": {"greedy": round(time.monotonic() - t_dec, 2)}}
+        result = {"steps": step, "best_step": best[0] if best else step, "train_seconds": round(train_s, 1),
+                  "val": evals, "decoding": "decoding.py" if decoding is not None else "the course's greedy",
+                  "ids": {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id},
+                  "vocab_ids": tok.encode(JOB["vocab"]),
+                  "greedy": decode_all(model, test, tok, max_out)}
+        result["seconds"] = {"greedy": round(time.monotonic() - t_dec, 2)}
         if decoding is not None and c.get("beam"):
             t_dec = time.monotonic()
-            result["beam"] = c["beam"]
-            result["exact_match_beam"], _, _ = exact_match(model, test, tok, max_out, how="beam", beam=c["beam"])
+            result["beam"] = decode_all(model, test, tok, max_out, how="beam", beam=c["beam"])
             result["seconds"]["beam"] = round(time.monotonic() - t_dec, 2)
         if decoding is not None and hasattr(decoding, "greedy_decode_cached"):
             t_dec = time.monotonic()
-            result["exact_match_cached"], _, cached_out = exact_match(model, test, tok, max_out, how="cached")
+            result["cached"] = decode_all(model, test, tok, max_out, how="cached")
             result["seconds"]["cached"] = round(time.monotonic() - t_dec, 2)
-            result["cached_same_as_greedy"] = sum(a == b for a, b in zip(cached_out, greedy_out))
         if decoding is not None and hasattr(decoding, "sample_decode"):
-            b = make_batch([s for s, _ in test[:3]], [t for _, t in test[:3]], tok.pad_id, tok.bos_id, tok.eos_id)
-            result["temperature_samples"] = {}
+            b = make_batch(test[:3], test[:3], tok.pad_id, tok.bos_id, tok.eos_id)
+            result["temperature"] = {}
             for temp in (0.5, 1.0, 1.5):
-                out = decoding.sample_decode(model, b["src"], b["src_mask"], max_out, tok.bos_id, tok.eos_id, tok.pad_id,
-                                             temperature=temp, generator=torch.Generator().manual_seed(0))
-                result["temperature_samples"][str(temp)] = [tok.decode(row) for row in out]
+                out = decoding.sample_decode(model, b["src"], b["src_mask"], max_out, tok.bos_id, tok.eos_id,
+                                             tok.pad_id, temperature=temp, generator=torch.Generator().manual_seed(0))
+                result["temperature"][str(temp)] = rows(out, tok.eos_id, max_out + 2)
     except Exception as e:
         fail("decoding", e)
-    os.makedirs(OUT, exist_ok=True)
-    chars = "".join(tok.decode([i]) for i in range(4, tok.vocab_size))     # rebuilds the same vocabulary
-    torch.save({"state_dict": model.state_dict(), "config": c, "texts": [chars]}, os.path.join(OUT, "model.pt"))
+    # Tensors and plain values only: `course translate` loads it with weights_only=True.
+    torch.save({"state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "config": {k: v for k, v in c.items()}, "texts": [str(JOB["vocab"])]}, os.path.join(OUT, "model.pt"))
     _plot(history, evals, os.path.join(OUT, "training.png"))
-    result["attention_png"] = _attention(model, tok, splits.test[0][0], max_out, os.path.join(OUT, "attention.png"))
-    with open(os.path.join(OUT, "summary.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    print("RESULT " + json.dumps(result), flush=True)
+    result["attention_png"] = _attention(model, tok, JOB["test"][0], max_out, os.path.join(OUT, "attention.png"))
+    write_json("result.json", result)
 
 
 def translate():
-    """CONF {"translate": text, "checkpoint": path}: print the greedy decoding of `text`."""
+    """JOB {"translate": text, "checkpoint": file in FOLDER, "beam": k or None}: write the ids decoded for
+    `text` and the checkpoint's vocabulary (the parent turns the ids into text)."""
+    import pickle
     try:
-        ck = torch.load(CONF["checkpoint"], weights_only=False)
+        try:
+            ck = torch.load(os.path.join(FOLDER, JOB["checkpoint"]), weights_only=True)
+        except pickle.UnpicklingError as e:
+            import re
+            what = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+            fail("translate", e, "the checkpoint holds more than tensors and plain values (" +
+                 (f"it names {what.group(1)}" if what else "objects that must run code to load") +
+                 "), so it was not written by `course train`, or was changed since: not loaded")
         c = ck["config"]
         tok = CharTokenizer(ck["texts"])
         model = Transformer(tok.vocab_size, tok.vocab_size, d_model=c["d_model"], num_heads=c["heads"],
                             num_layers=c["layers"], d_ff=c["d_ff"], dropout=0.0, max_len=64)
         model.load_state_dict(ck["state_dict"])
-        b = make_batch([tok.encode(CONF["translate"])], [[]], tok.pad_id, tok.bos_id, tok.eos_id)
-        if CONF.get("beam") and decoding is None:
+        b = make_batch([tok.encode(JOB["translate"])], [[]], tok.pad_id, tok.bos_id, tok.eos_id)
+        if JOB.get("beam") and decoding is None:
             raise RuntimeError("--beam needs decoding.py (milestone 6)")
-        out = decode_batch(model, b, tok, 40, "beam" if CONF.get("beam") else "greedy", CONF.get("beam") or 4)
+        out = decode_batch(model, b, tok, 40, "beam" if JOB.get("beam") else "greedy", JOB.get("beam") or 4)
+        result = {"ids": rows(out, tok.eos_id, 42)[0], "texts": [str(t) for t in ck["texts"]],
+                  "ids_of": {"pad": tok.pad_id, "bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id}}
     except Exception as e:
         fail("translate", e)
-    print("RESULT " + json.dumps({"output": tok.decode(out[0])}), flush=True)
+    write_json("result.json", result)
 
 
 def _attention(model, tok, text, max_len, path):
@@ -256,20 +292,24 @@ def _plot(history, evals, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    steps, losses, lrs = zip(*history)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
-    a.plot(steps, losses, lw=0.8, label="training loss")
-    if evals:
-        a.plot([e[0] for e in evals], [e[2] for e in evals], "o-", label="validation loss")
-    a.set_yscale("log")
-    a.set_xlabel("step")
-    a.legend()
-    b.plot(steps, lrs)
-    b.set_xlabel("step")
-    b.set_title("learning rate")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    try:
+        steps, losses, lrs = zip(*history)
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
+        a.plot(steps, losses, lw=0.8, label="training loss")
+        if evals:
+            a.plot([e[0] for e in evals], [e[2] for e in evals], "o-", label="validation loss")
+        a.set_yscale("log")
+        a.set_xlabel("step")
+        a.legend()
+        b.plot(steps, lrs)
+        b.set_xlabel("step")
+        b.set_title("learning rate")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+    except Exception:             # a picture must never cost the run
+        pass
 
 
 if __name__ == "__main__":
-    translate() if "translate" in CONF else main()
+    translate() if "translate" in JOB else main()
