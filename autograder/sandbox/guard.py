@@ -17,7 +17,7 @@ gets its own key (`start`) and arms it (`course.arm`). What it sets up:
 - Tripwires in place of torch's private APIs that read, pop, push or switch off modes or dispatch keys,
   and of the ways to run code the observers would not see (custom operators, TorchScript,
   torch.compile), in every module that holds them. A tripwire asks the hook, which runs the original
-  only for a caller that is torch's own code naming that API.
+  only for a caller that is torch's own code naming that API (under any name torch knows it by).
 - Detection, with certainty, of the ways to reach the grader's objects: stack frames (sys._getframe,
   tracebacks', generators' and coroutines' frames, stack walks that student code starts through inspect
   or traceback), the garbage collector's object walks, tracing and profiling hooks, new audit hooks,
@@ -446,13 +446,12 @@ def _gate(args, frame, s):
     caller = frame.f_back
     if frame.f_code is not s["wire_code"] or entry is None or caller is None:
         return _tamper(s, f"student code called the guard of {name}", frame)
-    original, allowed, short = entry
+    original, aliases, short = entry
     code = caller.f_code
     if short in _LOADERS:
         if s["armed"] and _reloads(a, s):
             return _tamper(s, f"student code loaded an already loaded module again (_imp.{short})", caller)
-    elif s["armed"] and code not in allowed and not (code.co_filename.startswith(s["torch_dir"])
-                                                    and short in code.co_names):
+    elif s["armed"] and not _torch_names(code, aliases, s):
         return _tamper(s, f"student code used torch's {name}", caller)
     s["busy"] = False                      # the original may itself call guarded APIs of torch's
     try:
@@ -460,6 +459,19 @@ def _gate(args, frame, s):
     except BaseException as e:
         holder[:] = [True, e.with_traceback(None)]
     return None
+
+
+def _torch_names(code, aliases, s):
+    """Is `code` torch's own (by its file: code compiled under another file's name is tamper evidence) and
+    does it name this API? Only such code may call it: a student's code, and torch code that does not
+    name it (a higher-order helper handed the API as an argument), may not."""
+    if not code.co_filename.startswith(s["torch_dir"]):
+        return False
+    names = code.co_names
+    for n in aliases:
+        if n in names:
+            return True
+    return False
 
 
 def _reloads(a, s):
@@ -571,57 +583,17 @@ def _rebind(fn, namespace, kwdefaults=None):
     return new
 
 
-def _functions_of(value, depth=0):
-    """The code objects of a function, or of a class's functions, properties and static/class methods
-    (read from the objects' own dictionaries: no attribute lookup that could run lazy code)."""
-    import types
-    if type(value) is types.FunctionType:
-        return [value.__code__]
-    if type(value) in (staticmethod, classmethod):
-        return _functions_of(value.__func__, depth)
-    if type(value) is property:
-        return [c for f in (value.fget, value.fset, value.fdel) if f is not None for c in _functions_of(f, depth)]
-    if isinstance(value, type) and depth == 0:
-        return [c for v in list(vars(value).values()) for c in _functions_of(v, 1)]
-    return []
-
-
-def _defined_in(value):
-    """The module a function or class says it belongs to (None for anything else)."""
-    import types
-    if type(value) is types.FunctionType:
-        return value.__module__
-    if isinstance(value, type):
-        return vars(value).get("__module__")
-    return None
-
-
-def _names_in(code, into):
-    into.update(code.co_names)
-    for c in code.co_consts:
-        if type(c).__name__ == "code":
-            _names_in(c, into)
-    return into
-
-
-def _allowlists(modules, protected):
-    """Per protected API: code objects of torch's own functions that name it (under any of its names in
-    their module). Only those may call it."""
-    allowed = {key: set() for key in protected}
+def _aliases(modules, protected):
+    """Per protected API: every name torch's modules know it by (`from torch._C import x as y`)."""
+    by_id = {id(obj): key for key, obj in protected.items()}
+    names = {key: {key[1]} for key in protected}
     for mod_name, mod in list(modules.items()):
-        if not mod_name.startswith("torch") or type(mod).__name__ != "module":
-            continue
-        d = vars(mod)
-        aliases = {key: {n for n, v in list(d.items()) if v is obj} | {key[1]} for key, obj in protected.items()}
-        for v in list(d.values()):
-            if _defined_in(v) != mod_name:
-                continue
-            for code in _functions_of(v):
-                names = _names_in(code, set())
-                for key in protected:
-                    if names & aliases[key]:
-                        allowed[key].add(code)
-    return {key: frozenset(v) for key, v in allowed.items()}
+        if mod_name.startswith("torch") and type(mod).__name__ == "module":
+            for n, v in list(vars(mod).items()):
+                key = by_id.get(id(v))
+                if key is not None and protected[key] is v:
+                    names[key].add(n)
+    return {key: frozenset(v) for key, v in names.items()}
 
 
 def _hashable_names(namespace):
@@ -667,7 +639,7 @@ def install(modules):
         private[name] = g[name]
     for name in ("_tensors", "_pack", "_mm_flops", "_code_owner", "_student_asked", "_where", "_tamper", "_seal",
                  "_storage", "_key", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_no_name",
-                 "_course_event", "_gate", "_reloads", "_glue_snapshot", "_check_glue", "_watch"):
+                 "_course_event", "_gate", "_torch_names", "_reloads", "_glue_snapshot", "_check_glue", "_watch"):
         private[name] = _rebind(g[name], private)
 
     # What must be found before anything is replaced.
@@ -684,15 +656,15 @@ def install(modules):
     import importlib.machinery
     for name in _LOADERS:
         protected[("_imp", name)] = getattr(_imp, name)
-    allowed = _allowlists(modules, protected)
+    aliases = _aliases(modules, protected)
     op_names = {}
     for full in TC._dispatch_get_all_op_names():
         ns, _, rest = full.partition("::")
         base, _, overload = rest.partition(".")
         try:
             op = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
-            aliases = [r.alias_info for r in op._schema.returns if r.alias_info is not None]
-            kind = "new" if not aliases else ("inplace" if any(a.is_write for a in aliases) else "view")
+            shared = [r.alias_info for r in op._schema.returns if r.alias_info is not None]
+            kind = "new" if not shared else ("inplace" if any(a.is_write for a in shared) else "view")
             op_names[op] = (base, op, op.__dict__.get("_op"), kind)
         except Exception:
             pass
@@ -731,6 +703,7 @@ def install(modules):
         "glue_classes": [], "glue": {},
     }
     s["guarded"].update({id(fn_method), id(op_method)})
+    s["library"].update({fn_method.__code__, op_method.__code__, wire_code})   # frames of ours, not the student's
     s["keep"] += [fn_method, op_method]
 
     # Tripwires, in every module that holds one of the originals.
@@ -739,7 +712,7 @@ def install(modules):
         w = types.FunctionType(wire_code, exposed, key[1], None, None)
         w.__kwdefaults__ = {"_name": name, "_audit": _sys.audit}
         w.__qualname__ = key[1]
-        s["wires"][name] = (original, allowed[key], key[1])
+        s["wires"][name] = (original, aliases[key], key[1])
         s["guarded"].add(id(w))
         s["keep"].append(w)
         for mod in list(modules.values()):
