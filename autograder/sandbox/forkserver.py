@@ -43,7 +43,8 @@ torch.set_num_threads(1)
 
 
 def _prewarm():
-    """Pay torch's first-call costs every milestone has (autograd, dropout) once, before forking."""
+    """Pay torch's first-call costs once, before forking, and load now what torch imports lazily on those
+    first calls (an optimizer step imports a profiler module that imports ctypes)."""
     for dtype in (torch.float64, torch.float32):
         q = torch.randn(2, 2, 3, 4, dtype=dtype, requires_grad=True)
         mask = torch.ones(3, 3, dtype=torch.bool).tril()
@@ -51,7 +52,12 @@ def _prewarm():
         out = torch.softmax(s, -1) @ q
         out.backward(torch.ones_like(out))
         lin = torch.nn.Linear(4, 4, dtype=dtype)
+        opt = torch.optim.Adam(lin.parameters())
         F.gelu(F.dropout(lin(q), 0.5)).sum().backward()
+        torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
+        opt.step()
+        torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0).step()
+        torch.multinomial(torch.ones(2, 3), 1)
 
 
 _prewarm()
