@@ -126,7 +126,8 @@ def child(msg, fds, ledger):
         os.environ.update(msg.get("env") or {})
         sys.argv = ["-c"]
         sys.path[:0] = msg["folders"]
-        confine(msg.get("limits") or {}, DROP_UID, "worker")  # noqa: F821 (confine.py)
+        confine(msg.get("limits") or {}, DROP_UID, "worker",  # noqa: F821 (confine.py)
+                python_readable() + list(msg["folders"]))  # noqa: F821
         serve, functions = worker_main(ledger, {"reply_fd": reply_fd, "folders": msg["folders"]},  # noqa: F821
                                        os, sys, __import__("marshal"))
         start(ledger, key, reply_fd, functions + [child])  # noqa: F821 (guard.py)

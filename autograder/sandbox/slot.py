@@ -85,9 +85,19 @@ class Sandbox:
         if self.isolated:
             return ""
         who = "an unprivileged user, " if os.geteuid() == 0 else ""
+        if files_restricted():
+            return (f"Sandbox: NOT isolated in namespaces ({self.why_not}); resource limits, {who}a system-call "
+                    f"filter, Landlock (files: the Python install and your submission only) and the grader's "
+                    f"observers.")
         return (f"Sandbox: NOT isolated ({self.why_not}); resource limits, {who}a system-call filter and the "
                 f"grader's observers only. Your code could read files of the grading machine that every user "
                 f"may read.")
+
+
+def files_restricted() -> bool:
+    """Does this kernel have Landlock, so workers see only the Python install and the submission?"""
+    from .confine import landlock_abi
+    return landlock_abi() > 0
 
 
 class _RemoteProc:
