@@ -20,8 +20,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 import inspect
-import os
-import sys
 import re
 import textwrap
 import zlib
@@ -122,6 +120,7 @@ class Tester:
         self.patches = patches or {}
         self.verified = 0
         self.blamed: list[str] = []    # student callables this group proved wrong (see blame)
+        self.numpy_seen = False        # a measured call made tensors from numpy data (work no op count sees)
         # One generator per group: a group's inputs do not depend on which groups ran before it.
         self.gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.milestone}/{spec.name}".encode()))
         self.seed = seed
@@ -153,6 +152,8 @@ class Tester:
             extra = f"\nLast output of your code:\n{tail[-600:]}" if tail and e.kind == "died" else ""
             self._not_judged_if_style(f"while running {what}, {e.reason}")
             raise CheckFailed(f"While running {what}, {e.reason}.{extra}") from None
+        if (reply.get("record") or {}).get("numpy"):
+            self.numpy_seen = True
         if not reply.get("ok") and not allow_error:
             text = student_error(reply, what)
             self._not_judged_if_style(text.rstrip("."))
@@ -328,12 +329,15 @@ class Tester:
         the most operations a vectorized version needs at the base size (with room to spare): more points to
         a loop that runs a fixed number of times whatever the sizes."""
         (_, base), *grown = counts.items()
+        if self.numpy_seen:
+            self.fail(f"`{func}` computed part of its result in numpy (tensors made with torch.from_numpy or from "
+                      f"numpy arrays): the grader counts tensor operations to find loops, and work done in numpy "
+                      f"cannot be counted. Compute with torch operations only.", "numpy_work",
+                      "part of the computation ran in numpy, where no loop can be seen.")
         if limit is not None and base > limit:
             self.fail(f"`{func}` ran {base} tensor operations at the {base_label}, where a version without Python "
                       f"loops needs at most about {limit}: that points to a loop that runs a fixed number of times "
                       f"(for example over a padded batch). {advice}", "python_loop")
-        if os.environ.get("COURSE_PRINT_OPS"):
-            print(f"OPS {self.milestone}/{func}: {dict(counts)}", file=sys.stderr)
         for label, n in grown:
             if n != base:
                 self.fail(f"`{func}` ran {base} tensor operations at the {base_label} but {n} when {label}: "

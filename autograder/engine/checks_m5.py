@@ -240,12 +240,11 @@ def recipe_evaluate(params, table, vocab, batches, dropout, mode):
             own[k].copy_(v)
         model.pos_encoding.pe.copy_(table)
     model.train(mode == "train")
-    seen = []
-    model.register_forward_pre_hook(lambda m, a: seen.append((torch.is_grad_enabled(), m.training)))
     value = training.evaluate(model, batches, 0)
+    # Whether it ran with dropout on or built autograd graphs is read from the grader's ledger (dropout
+    # ops, ops that recorded a gradient), never from a hook the student's code could see or skip.
     return {"value": value if isinstance(value, float) else {"type": type(value).__name__},
-            "grad_enabled": any(g for g, _ in seen), "train_during": any(t for _, t in seen),
-            "mode_after": model.training, "calls": len(seen)}
+            "modes_after": [m.training for m in model.modules()]}
 
 
 def recipe_learn(batch, vocab, steps, seed, table):
@@ -577,7 +576,9 @@ def evaluate(t: Tester):
     want = total / count
     for mode in ("train", "eval"):
         what = f"`evaluate(model, batches, pad_id=0)` on a model in {mode} mode with dropout=0.5"
-        got = t.run(recipe_evaluate, p, table, V, batches_, 0.5, mode, what=what)["value"]
+        reply = t.run(recipe_evaluate, p, table, V, batches_, 0.5, mode, what=what)
+        got = {**reply["value"], "train_during": reply["record"]["counts"].get("aten::native_dropout", 0) > 0,
+               "grad_enabled": reply["record"]["grad_ops"] > 0}
         value = got["value"]
         if not isinstance(value, float):
             t.fail(f"{what} should return a Python float, but it returned {describe(value)}.", "loss_returned_as_tensor")
@@ -595,9 +596,11 @@ def evaluate(t: Tester):
         if got["grad_enabled"]:
             t.fail(f"{what}: the forward passes ran with gradients enabled; wrap them in torch.no_grad().",
                    "evaluate_with_grad")
-        if got["mode_after"] != (mode == "train"):
-            t.fail(f"{what}: afterwards the model is in {'train' if got['mode_after'] else 'eval'} mode; evaluate must "
-                   f"put back the mode it found.", "evaluate_mode_not_restored")
+        if any(after != (mode == "train") for after in got["modes_after"]):
+            now = "train" if got["modes_after"][0] else "eval"
+            some = "" if len(set(got["modes_after"])) == 1 else " (some of its submodules are not)"
+            t.fail(f"{what}: afterwards the model is in {now} mode{some}; evaluate must put back the mode it found "
+                   f"(model.train(was_training) sets every submodule).", "evaluate_mode_not_restored")
 
 
 # The student's own train_step, by the contract (no stand-in): a wrong train_step that also stops

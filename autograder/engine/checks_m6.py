@@ -70,6 +70,8 @@ class OracleModel(nn.Module):
         self.register_buffer("pos_w", torch.rand(64, generator=g, dtype=torch.float64) + 0.5)
         self.generator = OracleHead(vocab, seed, scale, src_weight, prefix_weight, eos_after, eos_boost, eos_bias,
                                     len_weight)
+        # A weight of exactly 1: decoding with gradients on builds an autograd graph, as a real model's would.
+        self.gain = nn.Parameter(torch.ones((), dtype=torch.float64))
 
     def encode(self, src, src_mask=None):
         keep = torch.ones_like(src, dtype=torch.bool) if src_mask is None else src_mask[:, 0, :]
@@ -83,7 +85,7 @@ class OracleModel(nn.Module):
         if src_mask is not None:
             src_mask.expand(B, 1, memory.size(1))                               # as a real model would need
         w = self.pos_w[:t]
-        prefix = torch.cumsum((tgt + 1).to(w.dtype) * w, dim=1)                  # [B, t]
+        prefix = torch.cumsum((tgt + 1).to(w.dtype) * w, dim=1) * self.gain      # [B, t]
         pos = torch.arange(t, dtype=w.dtype, device=tgt.device).expand(B, t)
         return torch.cat([memory[:, :1, :].expand(B, t, 2), prefix[..., None], pos[..., None]], dim=-1)
 
@@ -113,27 +115,24 @@ def make_model(spec):
 def recipe_decode(spec, func, src, src_mask, max_len, kwargs, train=True, gen_seed=None, logits=False):
     """Run the student's `func` on the model of `spec` (in train mode unless `train` is False). What is seen
     goes to the grader's ledger, never into anything the student's code can reach: each call of
-    model.generator made through the module (its rows, the model's mode, whether gradients were on, with
-    `logits` the logits; the ledger adds the matrix-multiply FLOPs so far) and each torch.multinomial call."""
+    model.generator, seen in its own forward (its rows, whether any module was in training mode, whether
+    gradients were on, with `logits` the logits; the ledger adds the matrix-multiply FLOPs so far), each
+    torch.multinomial call, and for the whole run the ops (dropout ops, ops that built an autograd graph)."""
     import sys
     import decoding
     model = make_model(spec)
     model.train(train)
-    through_module = set()
-    codes = [torch.nn.Module._call_impl.__code__]
-    while codes:
-        code = codes.pop()
-        through_module.add(code)
-        codes += [c for c in code.co_consts if type(c) is type(code)]
+    head = model.generator
+    base = type(head)
 
-    def observe(module, args, out):
-        if sys._getframe(1).f_code not in through_module:      # only real calls of the module
-            return
+    def forward(self, x):
+        out = base.forward(self, x)
         sys.audit("course.event", {"kind": "generator", "rows": out.size(0) if out.dim() >= 2 else 1,
-                                   "mode": model.training, "grad": torch.is_grad_enabled(),
+                                   "mode": any(m.training for m in model.modules()), "grad": torch.is_grad_enabled(),
                                    "logits": (out.detach().reshape(-1, out.size(-1)).clone()
                                               if logits and out.dim() >= 2 else None)})
-    model.generator.register_forward_hook(observe)
+        return out
+    head.__class__ = type(base.__name__, (base,), {"forward": forward, "__module__": base.__module__})
     real, real_method = torch.multinomial, torch.Tensor.multinomial
 
     def counted(probs, num_samples, *args, **kw):
@@ -147,14 +146,16 @@ def recipe_decode(spec, func, src, src_mask, max_len, kwargs, train=True, gen_se
         result = getattr(decoding, func)(model, src, src_mask, max_len, 1, 2, 0, **kwargs)
     finally:
         torch.multinomial, torch.Tensor.multinomial = real, real_method
-    return {"result": result, "mode_after": model.training}
+    return {"result": result, "modes_after": [m.training for m in model.modules()]}
 
 
 def seen_in(reply) -> dict:
     """What recipe_decode's model saw, from the ledger: rows, modes, gradients, logits and FLOPs so far at
     each generator call; [shape, samples] of each multinomial call; and the ledger's FLOPs at the end."""
+    record = reply["record"]
     seen = {"rows": [], "modes": [], "grad": [], "logits": [], "flops": [], "multinomial": [],
-            "total_flops": reply["record"]["flops"]}
+            "total_flops": record["flops"], "dropout_ops": record["counts"].get("aten::native_dropout", 0),
+            "grad_ops": record["grad_ops"], "numpy": record["numpy"]}
     for event, flops in reply["record"]["events"]:
         if not isinstance(event, dict):
             continue
@@ -584,26 +585,37 @@ def steps_run(got, rows_per_step):
     return math.ceil(sum(got["rows"]) / rows_per_step)
 
 
+def expect_torch_only(t: Tester, got, what):
+    """Work is counted in tensor operations: a decoder that computes in numpy cannot be judged for it."""
+    if got.get("numpy"):
+        t.fail(f"{what} computed part of its work in numpy (tensors made with torch.from_numpy or from numpy "
+               f"arrays): the grader counts the work of each step in tensor operations, and work done in numpy "
+               f"cannot be counted. Decode with torch operations only.", "numpy_work",
+               "part of the computation ran in numpy, where no work can be counted.")
+
+
 def mode_cause(got):
     """Why tokens can differ when the code is otherwise right: dropout was on."""
-    if any(got["modes"]):
+    if any(got["modes"]) or got.get("dropout_ops"):
         return Mistake("not_eval_mode", "the model ran in training mode, so dropout changed its outputs at random: "
                        "call model.eval() first (and put the mode back at the end).")
     return None
 
 
 def expect_modes(t: Tester, got, what, train):
-    if any(got["modes"]):
+    if any(got["modes"]) or got["dropout_ops"]:
         t.fail(f"{what} ran the model in training mode (dropout on, random tokens): call model.eval() first "
                f"(and put the mode back at the end).", "not_eval_mode")
-    if any(got["grad"]):
+    if any(got["grad"]) or got["grad_ops"]:
         t.fail(f"{what} ran the model with gradients enabled: run the decoding under torch.no_grad() (or "
                f"torch.inference_mode()); otherwise every step builds an autograd graph for nothing.", "grad_enabled")
-    if got["mode_after"] != train:
+    after = got["modes_after"]
+    if any(m != train for m in after):
+        some = "" if len(set(after)) == 1 else " (some of its submodules)"
         t.fail(f"{what} left a model that was in {'train' if train else 'eval'} mode in "
-               f"{'train' if got['mode_after'] else 'eval'} mode: put back the mode it found "
-               f"(was_training = model.training ... model.train(was_training), in a try/finally).",
-               "mode_not_restored")
+               f"{'train' if after[0] else 'eval'} mode{some}: put back the mode it found "
+               f"(was_training = model.training ... model.train(was_training), in a try/finally: model.train "
+               f"sets every submodule).", "mode_not_restored")
 
 
 def rows_text(tokens: torch.Tensor) -> str:
@@ -1040,6 +1052,7 @@ def kv_cache(t: Tester):
     what = call_text("greedy_decode_cached", B, max_len) + " (source length 12, a model that never ends early)"
     got = decode(t, spec, "greedy_decode_cached", src, src_mask, max_len, what)
     marks = got["flops"]
+    expect_torch_only(t, got, what)
     if len(marks) < max_len:
         t.fail(f"{what} called model.generator {len(marks)} times in {max_len} steps: compute each step's logits "
                f"with model.generator (the checks observe them there).", "generator_not_used")
@@ -1117,9 +1130,14 @@ def modes(t: Tester):
                         f"and none of the four decoding functions did. What happened first: {problems[0]}.")
 
 
+# The most tensor operations decoding a batch of 2 for 4 steps needs without a loop over the batch (the
+# reference and the correct variants of the tests use at most half of these, building the model included).
+LOOP_LIMITS = {"greedy_decode": 400, "sample_decode": 400, "beam_search": 500, "greedy_decode_cached": 1100}
+
+
 @group("m6", "batched", depends=("greedy",), style=True, observes=True)
 def batched(t: Tester):
-    grown = t.grown(2, 6, 13)                 # beyond any small padded count
+    grown = t.grown(2, 9, 17)                 # beyond any small padded count
     for func in FUNCTIONS:
         counts = {}
         for B in (2, grown):
@@ -1130,6 +1148,8 @@ def batched(t: Tester):
             what = call_text(func, B, 4)
             reply = t.run(recipe_decode, spec, func, src, src_mask, 4, kw, False, gen_seed=0 if func == "sample_decode" else None,
                           what=what, helpers=HELPERS, record=True)
+            if reply["record"]["numpy"]:
+                expect_torch_only(t, {"numpy": True}, what)
             got = returned_tokens(reply["value"]["result"])
             want = (judge_beam(stepper(spec, src, src_mask), B, 4, 2, 0.6)[0] if func == "beam_search"
                     else expected_tokens(func, spec, src, src_mask, 4))
@@ -1137,6 +1157,11 @@ def batched(t: Tester):
             t.works(torch.ones(1) if ok else torch.zeros(1), torch.ones(1), f"`{func}`")
             counts[f"B = {B}"] = reply["record"]["op_count"]
         (_, base), (_, more) = counts.items()
+        if base > LOOP_LIMITS[func]:
+            t.fail(f"`{func}` ran {base} tensor operations for a batch of 2 (4 steps), where decoding without a loop "
+                   f"over the batch needs at most about {LOOP_LIMITS[func]}: that points to a loop that runs a fixed "
+                   f"number of times (for example over a padded batch). Work on all B rows at once (a loop over "
+                   f"the time steps is expected).", "python_loop")
         if more != base:
             t.fail(f"`{func}` ran {base} tensor operations for a batch of 2 but {more} for a batch of {grown} (same source "
                    f"length, same number of steps): that points to a Python loop over the batch items. Work on all "

@@ -120,6 +120,7 @@ class Worker:
         self._take(ledger)
         reply["record"] = {"functions": list(ledger["functions"]), "ops": sorted(ledger["ops"]),
                            "counts": dict(ledger["ops"]), "op_count": ledger["op_count"], "flops": ledger["flops"],
+                           "grad_ops": ledger["grad_ops"], "numpy": ledger["numpy"],
                            "events": [(protocol._unpack(p), flops) for p, flops in ledger["events"]],
                            "unobserved": list(ledger["unobserved"])}
         if reply.get("kind") == "tamper":

@@ -78,11 +78,17 @@ _C_TRIPWIRES = (
     "_create_function_from_trace_with_dict", "import_ir_module", "import_ir_module_from_buffer",
     "_load_for_lite_interpreter", "_load_for_lite_interpreter_from_buffer", "CompilationUnit",
     "_unsafe_set_version_counter",
+    # reading whether a mode is on (code that behaves only when watched)
+    "_is_torch_function_mode_enabled", "_len_torch_function_stack", "_len_torch_dispatch_stack",
+    "_is_torch_function_enabled", "_is_torch_function_all_disabled", "_get_torch_function_state",
+    "_has_torch_function", "_has_torch_function_unary", "_has_torch_function_variadic",
 )
 _PY_TRIPWIRES = {
     "torch.utils._python_dispatch": ("_get_current_dispatch_mode", "_get_current_dispatch_mode_stack", "_pop_mode",
                                      "_pop_mode_temporarily", "_disable_current_modes", "_disable_infra_mode",
-                                     "_unset_infra_mode", "_detect_infra_mode"),
+                                     "_unset_infra_mode", "_detect_infra_mode", "is_in_torch_dispatch_mode",
+                                     "any_torch_dispatch_mode_on_stack",
+                                     "is_in_any_mode_without_ignore_compile_internals"),
     "torch.overrides": ("_get_current_function_mode", "_get_current_function_mode_stack", "_pop_mode",
                         "_pop_mode_temporarily", "_no_torch_function_mode"),
     "torch._ops": ("_get_dispatch_mode_pre_dispatch", "unset_mode_pre_dispatch", "_pop_mode_from_pre_dispatch",
@@ -114,10 +120,10 @@ def _tripwire(*args, _name=None, _audit=None, **kwargs):
 
 
 def _fn_observe(self, func, types, args=(), kwargs=None, *, _report=None, _made=None):
-    _report(self, func, None)
+    _report(self, func, None, None)
     result = func(*args, **(kwargs or {}))
     if func in _made:
-        _report(self, func, result)
+        _report(self, func, result, args)
     return result
 
 
@@ -248,8 +254,8 @@ def _tamper(s, what, frame):
 def _seal(s, payload):
     """One reply frame: length, body (the payload and the ledger), HMAC of the sequence number and body."""
     ledger = {"functions": sorted(s["functions"]), "ops": dict(s["ops"]), "op_count": s["op_count"],
-              "flops": s["flops"], "events": list(s["events"]), "unobserved": list(s["unobserved"]),
-              "tamper": list(s["tamper"]), "seq": s["seq"]}
+              "flops": s["flops"], "grad_ops": s["grad_ops"], "numpy": s["numpy_made"], "events": list(s["events"]),
+              "unobserved": list(s["unobserved"]), "tamper": list(s["tamper"]), "seq": s["seq"]}
     body = _marshal.dumps((payload, ledger))
     mac = _hashlib.hmac_digest(s["key"], s["seq"].to_bytes(8, "big") + body, "sha256")
     s["seq"] += 1
@@ -355,12 +361,18 @@ def _op_entry(mode, func, a, kw, out, *, _s=None):
                 s["op_count"] += 1
             if name in _MATMULS:
                 s["flops"] += _mm_flops(name, a, s)
+            if s["grad_on"]():            # an autograd graph is being built for this op?
+                for t in _tensors((a, kw), [], s):
+                    if s["requires_grad"](t):
+                        s["grad_ops"] += 1
+                        break
     return None
 
 
-def _fn_entry(mode, func, result, *, _s=None):
+def _fn_entry(mode, func, result, args, *, _s=None):
     """What the function observer reports: the torch function called (`result` None), or a tensor made
-    from Python or numpy data (`result`), which is then known."""
+    from Python or numpy data (`result`), which is then known; in a measured call, numpy data counts as
+    work the op counter cannot see."""
     s = _s
     if s["busy"] or (result is None and not s["counting"]):      # nothing to record
         return
@@ -370,6 +382,9 @@ def _fn_entry(mode, func, result, *, _s=None):
         with s["no_tf"]():
             for t in _tensors(result, [], s):
                 _vouch(t, s)
+        if s["counting"] and (s["fn_names"].get(func) in ("from_numpy", "frombuffer")
+                              or any(issubclass(type(a), s["ndarray"]) for a in args or ())):
+            s["numpy_made"] += 1
     elif s["counting"]:
         try:
             name = s["fn_names"].get(func)
@@ -404,8 +419,8 @@ def _course_event(event, args, frame, s):
     if code not in s["worker"]:
         return _tamper(s, f"student code sent {event}", frame)
     if event == "course.begin":
-        s.update(recording=True, counting=False, ops={}, op_count=0, flops=0, events=[], unobserved=[],
-                 functions=set())
+        s.update(recording=True, counting=False, ops={}, op_count=0, flops=0, grad_ops=0, numpy_made=0, events=[],
+                 unobserved=[], functions=set())
         _check_glue(s, frame)
     elif event == "course.measure":
         s["counting"] = bool(args[0])
@@ -681,7 +696,10 @@ def install(modules):
         "busy": False, "armed": False, "recording": False, "counting": False, "key": b"", "seq": 0, "fd": -1,
         "write": os.write, "exit": os._exit, "modules": modules, "student_dirs": ("/nonexistent/",),
         "torch_dir": os.path.dirname(torch.__file__) + "/",
-        "functions": set(), "ops": {}, "op_count": 0, "flops": 0, "events": [], "unobserved": [], "tamper": [],
+        "functions": set(), "ops": {}, "op_count": 0, "flops": 0, "grad_ops": 0, "numpy_made": 0, "events": [],
+        "unobserved": [], "tamper": [], "grad_on": TC.is_grad_enabled,
+        "requires_grad": TC.TensorBase.__dict__["requires_grad"].__get__,
+        "ndarray": __import__("numpy").ndarray,
         "known": {}, "library": set(), "models": set(), "worker": set(), "guarded": set(), "keep": [],
         "wires": {}, "wire_code": wire_code, "op_names": op_names,
         "fn_names": _hashable_names(vars(torch)),
