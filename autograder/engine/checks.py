@@ -330,8 +330,8 @@ class Tester:
         a loop that runs a fixed number of times whatever the sizes."""
         (_, base), *grown = counts.items()
         if self.numpy_seen:
-            self.fail(f"`{func}` computed part of its result in numpy (tensors made with torch.from_numpy or from "
-                      f"numpy arrays): the grader counts tensor operations to find loops, and work done in numpy "
+            self.fail(f"`{func}` worked on tensor data outside torch (.numpy(), .tolist(), numpy arrays, "
+                      f"torch.from_numpy): the grader counts tensor operations to find loops, and work done there "
                       f"cannot be counted. Compute with torch operations only.", "numpy_work",
                       "part of the computation ran in numpy, where no loop can be seen.")
         if limit is not None and base > limit:

@@ -588,9 +588,9 @@ def steps_run(got, rows_per_step):
 def expect_torch_only(t: Tester, got, what):
     """Work is counted in tensor operations: a decoder that computes in numpy cannot be judged for it."""
     if got.get("numpy"):
-        t.fail(f"{what} computed part of its work in numpy (tensors made with torch.from_numpy or from numpy "
-               f"arrays): the grader counts the work of each step in tensor operations, and work done in numpy "
-               f"cannot be counted. Decode with torch operations only.", "numpy_work",
+        t.fail(f"{what} worked on tensor data outside torch (.numpy(), .tolist(), numpy arrays, "
+               f"torch.from_numpy): the grader counts the work of each step in tensor operations, and work done "
+               f"there cannot be counted. Decode with torch operations only.", "numpy_work",
                "part of the computation ran in numpy, where no work can be counted.")
 
 

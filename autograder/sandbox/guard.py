@@ -61,6 +61,9 @@ VIEW_OPS = frozenset({
 _MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 # ATen ops whose inputs were made from Python data just before (torch.tensor([...])).
 _FROM_DATA_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})
+# Tensor methods that hand a tensor's data to Python or numpy (work on it is invisible to the op counter).
+_DATA_OUT = frozenset({"numpy", "tolist", "__array__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
+                       "__dlpack__"})
 # torch functions that make tensors from Python or numpy data without an ATen op.
 _MADE_FROM_DATA = ("from_numpy", "as_tensor", "asarray", "tensor", "frombuffer", "from_dlpack")
 
@@ -254,7 +257,7 @@ def _tamper(s, what, frame):
 def _seal(s, payload):
     """One reply frame: length, body (the payload and the ledger), HMAC of the sequence number and body."""
     ledger = {"functions": sorted(s["functions"]), "ops": dict(s["ops"]), "op_count": s["op_count"],
-              "flops": s["flops"], "grad_ops": s["grad_ops"], "numpy": s["numpy_made"], "events": list(s["events"]),
+              "flops": s["flops"], "grad_ops": s["grad_ops"], "numpy": s["outside"], "events": list(s["events"]),
               "unobserved": list(s["unobserved"]), "tamper": list(s["tamper"]), "seq": s["seq"]}
     body = _marshal.dumps((payload, ledger))
     mac = _hashlib.hmac_digest(s["key"], s["seq"].to_bytes(8, "big") + body, "sha256")
@@ -382,9 +385,9 @@ def _fn_entry(mode, func, result, args, *, _s=None):
         with s["no_tf"]():
             for t in _tensors(result, [], s):
                 _vouch(t, s)
-        if s["counting"] and (s["fn_names"].get(func) in ("from_numpy", "frombuffer")
+        if s["counting"] and (s["made_names"].get(func) in ("from_numpy", "frombuffer")
                               or any(issubclass(type(a), s["ndarray"]) for a in args or ())):
-            s["numpy_made"] += 1
+            s["outside"] += 1
     elif s["counting"]:
         try:
             name = s["fn_names"].get(func)
@@ -397,6 +400,8 @@ def _fn_entry(mode, func, result, args, *, _s=None):
                 name = None
         if type(name) is str:
             s["functions"].add(name)
+            if name in _DATA_OUT:             # a tensor's data taken out of torch: work on it is not counted
+                s["outside"] += 1
     return None
 
 
@@ -419,7 +424,7 @@ def _course_event(event, args, frame, s):
     if code not in s["worker"]:
         return _tamper(s, f"student code sent {event}", frame)
     if event == "course.begin":
-        s.update(recording=True, counting=False, ops={}, op_count=0, flops=0, grad_ops=0, numpy_made=0, events=[],
+        s.update(recording=True, counting=False, ops={}, op_count=0, flops=0, grad_ops=0, outside=0, events=[],
                  unobserved=[], functions=set())
         _check_glue(s, frame)
     elif event == "course.measure":
@@ -611,6 +616,31 @@ def _aliases(modules, protected):
     return {key: frozenset(v) for key, v in names.items()}
 
 
+def _made_from_data(torch, TorchFunctionMode):
+    """{function as a TorchFunctionMode receives it: name} for torch's ways to make a tensor from Python or
+    numpy data (what a mode receives is not always the object in torch's namespace)."""
+    import numpy
+    seen = []
+
+    class Probe(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    calls = {"from_numpy": lambda: torch.from_numpy(numpy.ones(1)), "as_tensor": lambda: torch.as_tensor([1.0]),
+             "asarray": lambda: torch.asarray([1.0]), "tensor": lambda: torch.tensor([1.0]),
+             "frombuffer": lambda: torch.frombuffer(bytearray(8), dtype=torch.float32)}
+    made = {getattr(torch, n): n for n in _MADE_FROM_DATA if hasattr(torch, n)}
+    for name, call in calls.items():
+        seen.clear()
+        with Probe():
+            call()
+        for func in seen:
+            if getattr(func, "__name__", None) == name:
+                made[func] = name
+    return made
+
+
 def _hashable_names(namespace):
     """{function: name} for the callables of a namespace that can be dictionary keys."""
     out = {}
@@ -650,7 +680,8 @@ def install(modules):
     exposed = {"__builtins__": _builtins.__dict__, "__name__": "torch"}
     g = globals()
     for name in ("_WATCH", "_FRAME_ATTRS", "_CODE_ATTRS", "_STACK_APIS", "_STACK_LIBS", "VIEW_OPS",
-                 "_FROM_DATA_OPS", "_GLUE_MODULES", "_GLUE_NAMES", "EXIT_TAMPER", "_LOADERS", "_MATMULS"):
+                 "_FROM_DATA_OPS", "_GLUE_MODULES", "_GLUE_NAMES", "EXIT_TAMPER", "_LOADERS", "_MATMULS",
+                 "_DATA_OUT"):
         private[name] = g[name]
     for name in ("_tensors", "_pack", "_mm_flops", "_code_owner", "_student_asked", "_where", "_tamper", "_seal",
                  "_storage", "_key", "_known", "_vouch", "_prune", "_unobserved", "_off_stack", "_no_name",
@@ -683,7 +714,7 @@ def install(modules):
             op_names[op] = (base, op, op.__dict__.get("_op"), kind)
         except Exception:
             pass
-    made = {getattr(torch, n): n for n in _MADE_FROM_DATA if hasattr(torch, n)}
+    made = _made_from_data(torch, TorchFunctionMode)
 
     wire_code = _rebind(_tripwire, exposed).__code__
     fn_method = _rebind(_fn_observe, exposed, {"_report": None, "_made": made})
@@ -696,13 +727,13 @@ def install(modules):
         "busy": False, "armed": False, "recording": False, "counting": False, "key": b"", "seq": 0, "fd": -1,
         "write": os.write, "exit": os._exit, "modules": modules, "student_dirs": ("/nonexistent/",),
         "torch_dir": os.path.dirname(torch.__file__) + "/",
-        "functions": set(), "ops": {}, "op_count": 0, "flops": 0, "grad_ops": 0, "numpy_made": 0, "events": [],
+        "functions": set(), "ops": {}, "op_count": 0, "flops": 0, "grad_ops": 0, "outside": 0, "events": [],
         "unobserved": [], "tamper": [], "grad_on": TC.is_grad_enabled,
         "requires_grad": TC.TensorBase.__dict__["requires_grad"].__get__,
         "ndarray": __import__("numpy").ndarray,
         "known": {}, "library": set(), "models": set(), "worker": set(), "guarded": set(), "keep": [],
         "wires": {}, "wire_code": wire_code, "op_names": op_names,
-        "fn_names": _hashable_names(vars(torch)),
+        "fn_names": _hashable_names(vars(torch)), "made_names": made,
         "fn_mode": fn_mode, "op_mode": op_mode, "fn_code": fn_method.__code__, "op_code": op_method.__code__,
         "getframe": _sys._getframe,
         "name_of": {t: t.__dict__["__name__"].__get__ for t in (types.FunctionType, types.BuiltinFunctionType,
