@@ -6,7 +6,10 @@ Each file says what it tries (ATTACK) and what must come of it (EXPECT):
                            rests on the grader's observers scores 0;
   fails=g1,g2              these checks lose their points;
   score_at_most=N          never more than the honest part of the work earns;
-  words="..."              words found in the report.
+  words="..."              words found in the report;
+  absent="a|b"             none of these words in the report (hidden material that must not leak).
+The files whose ATTACK line says so were written by a red team that saw neither these tests nor the
+fixes; their score_at_most is what the same code without the trick earned there (its honest twin).
 Whatever the file does, the course's reference graded in the same batch keeps full marks, and no file of
 the repository changes.
 
@@ -85,7 +88,7 @@ def test_every_attack_says_what_it_tries_and_expects():
     for _, path in attacks():
         text = path.read_text()
         assert "ATTACK" in text.split("\n", 1)[0], path.name
-        assert set(expectation(path)) <= {"flag", "fails", "score_at_most", "words"}, path.name
+        assert set(expectation(path)) <= {"flag", "fails", "score_at_most", "words", "absent"}, path.name
 
 
 @pytest.mark.parametrize("mid,path", attacks(), ids=[f"{m}/{p.stem}" for m, p in attacks()])
@@ -98,13 +101,13 @@ def test_attack_outcome(graded, mid, path):
         assert r.integrity == want["flag"], (r.integrity, r.tamper, r.unobserved, report[:600])
         observers = [name for name, g in check_groups(mid).items() if g.observes]
         assert all(c.score == 0 for c in r.checks if c.name in observers), [(c.name, c.score) for c in r.checks]
-    else:
-        assert r.integrity == "", (r.tamper, r.unobserved)
     for name in filter(None, want.get("fails", "").split(",")):
         assert next(c for c in r.checks if c.name == name).score == 0, (name, report[:600])
     if "score_at_most" in want:
         assert r.score <= int(want["score_at_most"]), (r.score, report[:600])
     assert want.get("words", "") in report + " ".join(r.tamper), report[:1500]
+    for secret in filter(None, want.get("absent", "").split("|")):
+        assert secret not in report, secret
 
 
 def test_the_reference_keeps_full_marks_beside_the_attacks(graded):

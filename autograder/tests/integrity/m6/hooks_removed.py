@@ -1,6 +1,8 @@
-"""ATTACK: removes every hook from model.generator before decoding, so nothing it does is seen there.
+"""ATTACK: removes every hook from model.generator before decoding, so nothing it does is seen there. (The
+grader observes the generator in its own forward, so this changes nothing: a correct decoder earns its
+points, no more.)
 
-EXPECT: fails=greedy words="never called model.generator"
+EXPECT: score_at_most=20
 BASE: reference
 """
 

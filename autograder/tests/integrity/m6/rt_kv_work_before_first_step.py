@@ -1,0 +1,336 @@
+"""ATTACK (written by the red team, outside the course team): greedy_decode_cached has no cache: it runs the whole uncached greedy loop first (logits from model.generator.weight by hand), then calls model.generator once per step on the saved hidden states, so the FLOPs measured between generator calls are only the generator's.
+
+EXPECT: score_at_most=16
+"""
+# RED-TEAM ATTACK SUBMISSION: all the decoding work before the first generator call
+# 
+# greedy_decode_cached has no cache: it runs the whole uncached greedy loop first (logits from model.generator.weight by hand), then calls model.generator once per step on the saved hidden states, so the FLOPs measured between generator calls are only the generator's.
+# 
+# Harmless by construction: writes only under /work/redteam/probe or its own temp files.
+
+"""Milestone 6: generating output sequences with a trained Transformer.
+
+The model of milestone 4 predicts one token at a time: feed it the tokens generated so far,
+take the logits of the last position, choose the next token, append it, repeat. The ways of
+choosing:
+- greedy_decode:        the most likely token (argmax) at every step.
+- sample_decode:        a random draw, shaped by temperature, top-k and top-p (nucleus) filtering.
+- beam_search:          keep the beam_size most likely partial sequences, not just one.
+- greedy_decode_cached: greedy, but each step only runs the decoder on the newest position,
+                        reusing the keys and values computed at earlier steps (a KV cache).
+
+Common rules for every function here:
+- `model` is a Transformer of milestone 4 (encode, decode, generator). It runs in eval mode (no
+  dropout) under torch.no_grad() (or torch.inference_mode()); the mode the model was in (train or
+  eval) is put back before returning.
+- src [B, Ls] int64, src_mask bool [B, 1, Ls] (True = real token). Work on the whole batch at
+  once: a Python loop over time steps is expected, a loop over the B batch items is not (the
+  grader counts tensor operations for two batch sizes).
+- Every step's logits come from model.generator, called once per step on the rows being decoded
+  (the grader watches the steps there: no extra steps once every sequence has ended).
+- The result `tokens` is int64 [B, T] on src's device: column 0 is bos_id; after a sequence's
+  eos_id every later position is pad_id; T <= max_len + 1 (at most max_len generated tokens);
+  generation stops early, as soon as every sequence has produced eos_id. Trailing columns that are
+  pad_id in every row carry no meaning (you may or may not have them).
+- The decoder input at each step is the full prefix with the causal mask causal_mask(t) of
+  milestone 1 (positions after a sequence's eos only feed finished sequences, whose later tokens
+  are forced to pad_id anyway).
+"""
+import math
+
+import torch
+
+from attention import causal_mask, scaled_dot_product_attention
+from multihead import merge_heads, split_heads
+
+
+def _next_token_logits(model, ys, memory, src_mask):
+    """A helper for the functions below (optional): the logits [B, V] of the token that follows
+    the prefix ys [B, t], from memory [B, Ls, d_model] and src_mask [B, 1, Ls].
+
+    Runs model.decode on the whole prefix with the causal mask causal_mask(t) (on ys's device)
+    and applies model.generator to the last position only.
+    """
+    tgt_mask = causal_mask(ys.size(1), device=ys.device)                  # [t, t]
+    out = model.decode(ys, memory, src_mask, tgt_mask)                     # [B, t, d_model]
+    return model.generator(out[:, -1])                                     # [B, V]
+
+
+def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    """Greedy decoding: at every step append the argmax of the last position's logits.
+
+    Args:
+        model: a Transformer of milestone 4.
+        src: [B, Ls] int64 source tokens; src_mask: [B, 1, Ls] bool.
+        max_len: the most tokens to generate after bos_id.
+        bos_id, eos_id, pad_id: special token ids.
+
+    Returns:
+        tokens [B, T] int64 (see the module docstring: starts with bos_id, pad_id after eos_id,
+        T <= max_len + 1, stops once every sequence has ended).
+
+    Example: if item 0 produces a, b, <eos> and item 1 produces c, d, e, <eos>, the result is
+        [[<bos>, a, b, <eos>, <pad>], [<bos>, c, d, e, <eos>]].
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            B = src.size(0)
+            memory = model.encode(src, src_mask)                               # [B, Ls, d_model]
+            ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+            finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+            for _ in range(max_len):
+                next_token = _next_token_logits(model, ys, memory, src_mask).argmax(dim=-1)   # [B]
+                next_token = next_token.masked_fill(finished, pad_id)
+                ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)          # [B, t + 1]
+                finished = finished | (next_token == eos_id)
+                if finished.all():
+                    break
+    finally:
+        model.train(was_training)
+    return ys
+
+
+def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None,
+                  top_p=None, generator=None):
+    """Sampling: at every step draw the next token at random from the filtered distribution.
+
+    At each step, from the last position's logits [B, V]:
+      1. divide by temperature (< 1 sharpens, > 1 flattens);
+      2. top_k (if not None): keep the top_k largest logits of each row, the others become -inf
+         (all of them when top_k >= V);
+      3. top_p (if not None): on the softmax of what is left, keep the smallest set of most
+         probable tokens whose probabilities add up to at least top_p: sort descending, keep a
+         token when the total of the tokens before it is < top_p (so the token that crosses
+         top_p is kept, and the most probable token always is); the others become -inf;
+      4. probs = softmax of the result [B, V], then exactly ONE call per step
+         torch.multinomial(probs, 1, generator=generator) for the whole batch, every row
+         included (finished rows too; their draw is then replaced by pad_id). Same generator
+         seed -> same tokens.
+
+    Args:
+        as greedy_decode, plus
+        temperature: a float > 0.
+        top_k: None or an int >= 1.
+        top_p: None or a float in (0, 1].
+        generator: None or a torch.Generator passed to torch.multinomial.
+
+    Returns:
+        tokens [B, T] int64, as greedy_decode.
+
+    Raises:
+        ValueError: unless temperature > 0 (checked before any work).
+
+    With top_k=1 (or a tiny top_p) this gives greedy_decode's tokens.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            B = src.size(0)
+            memory = model.encode(src, src_mask)
+            ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+            finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+            for _ in range(max_len):
+                logits = _next_token_logits(model, ys, memory, src_mask) / temperature   # [B, V]
+                if top_k is not None:
+                    k = min(top_k, logits.size(-1))
+                    top_idx = logits.topk(k, dim=-1).indices                            # [B, k]
+                    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, top_idx, True)
+                    logits = logits.masked_fill(~keep, float("-inf"))
+                if top_p is not None:
+                    probs = torch.softmax(logits, dim=-1)
+                    sorted_probs, order = probs.sort(dim=-1, descending=True)           # [B, V]
+                    cumulative = sorted_probs.cumsum(dim=-1)
+                    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], dim=-1)  # mass of the better tokens
+                    keep_sorted = before < top_p
+                    keep_sorted[:, 0] = True                                            # at least one token
+                    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+                    logits = logits.masked_fill(~keep, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)                                   # [B, V]
+                next_token = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [B]
+                next_token = next_token.masked_fill(finished, pad_id)
+                ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
+                finished = finished | (next_token == eos_id)
+                if finished.all():
+                    break
+    finally:
+        model.train(was_training)
+    return ys
+
+
+def length_penalty_score(sum_logprob, length, alpha):
+    """The GNMT length-normalised score sum_logprob / ((5 + length) / 6) ** alpha.
+
+    `length` counts the tokens after bos_id up to and including the first eos_id (max_len for a
+    hypothesis that never produced eos). Works on tensors (element-wise) and on Python numbers.
+    Example: ((5 + 10) / 6) ** 0.6 = 1.733, so a 10-token hypothesis with sum -3.466 scores -2.0.
+    """
+    return sum_logprob / ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size=4, length_penalty=0.6):
+    """Beam search, batched: all B items and their beam_size hypotheses at once, as B * beam_size
+    rows (no Python loop over the items; none is needed over the hypotheses either).
+
+    Every item keeps beam_size hypotheses (token prefixes), each with the sum of the
+    log-probabilities (log softmax of the generator's logits) of its tokens after bos_id.
+      - Start: hypothesis 0 is [bos_id] with score 0; the other beam_size - 1 slots start with
+        score -inf (they never win, and they do not count as unfinished).
+      - Each step: every unfinished hypothesis is extended by every token of the vocabulary,
+        score + log p(token); a finished hypothesis (one that has produced eos_id) can only be
+        extended by pad_id, at no cost (score unchanged). Of these beam_size x V candidates the
+        beam_size with the largest summed log-probability are kept (torch.topk over the flattened
+        beam x vocabulary axis).
+      - Stop when every hypothesis is finished (ignoring the -inf slots), or after max_len steps.
+      - Result per item: the hypothesis with the best length-normalised score
+        length_penalty_score(sum_logprob, n, length_penalty), n = tokens after bos_id up to and
+        including its first eos_id, or max_len for a hypothesis still unfinished at the end
+        (such a hypothesis can win).
+
+    Args:
+        as greedy_decode, plus
+        beam_size: hypotheses per item (>= 1).
+        length_penalty: alpha of the GNMT penalty ((5 + n) / 6) ** alpha; 0 = no normalisation.
+
+    Returns:
+        (tokens [B, T] int64, scores [B]): tokens as in greedy_decode (bos_id first, pad_id after
+        eos_id, T <= max_len + 1); scores are the winners' normalised scores, in the model's
+        floating dtype. With beam_size=1 the tokens are greedy_decode's tokens. An item's result
+        does not depend on the other items of the batch.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            B, K = src.size(0), beam_size
+            device = src.device
+            memory = model.encode(src, src_mask)                                # [B, Ls, d_model]
+            memory_k = memory.repeat_interleave(K, dim=0)                       # [B*K, Ls, d_model]
+            src_mask_k = None if src_mask is None else src_mask.repeat_interleave(K, dim=0)   # [B*K, 1, Ls]
+            tokens = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)          # [B, K, t]
+            scores = torch.full((B, K), float("-inf"), dtype=memory.dtype, device=device)    # [B, K]
+            scores[:, 0] = 0.0
+            finished = torch.zeros(B, K, dtype=torch.bool, device=device)
+            lengths = torch.zeros(B, K, dtype=torch.long, device=device)
+            for _ in range(max_len):
+                t = tokens.size(2)
+                logits = _next_token_logits(model, tokens.reshape(B * K, t), memory_k, src_mask_k)   # [B*K, V]
+                V = logits.size(-1)
+                logp = torch.log_softmax(logits, dim=-1).reshape(B, K, V)       # [B, K, V]
+                # A finished hypothesis: only pad, at cost 0.
+                pad_only = torch.full_like(logp, float("-inf"))
+                pad_only[..., pad_id] = 0.0
+                logp = torch.where(finished.unsqueeze(-1), pad_only, logp)
+                candidates = (scores.unsqueeze(-1) + logp).reshape(B, K * V)    # [B, K*V]
+                scores, flat = candidates.topk(K, dim=-1)                       # [B, K]
+                beam, token = flat // V, flat % V                               # [B, K] each
+                tokens = torch.cat([tokens.gather(1, beam.unsqueeze(-1).expand(B, K, t)),
+                                    token.unsqueeze(-1)], dim=2)                # [B, K, t + 1]
+                was_finished = finished.gather(1, beam)
+                lengths = lengths.gather(1, beam) + (~was_finished).long()      # count eos, not pads
+                finished = was_finished | (token == eos_id)
+                if (finished | torch.isinf(scores)).all():
+                    break
+            normalised = length_penalty_score(scores, lengths.to(scores.dtype), length_penalty)   # [B, K]
+            best = normalised.argmax(dim=-1)                                    # [B]
+            best_tokens = tokens[torch.arange(B, device=device), best]          # [B, T]
+            best_scores = normalised[torch.arange(B, device=device), best]      # [B]
+    finally:
+        model.train(was_training)
+    return best_tokens, best_scores
+
+
+class KVCache:
+    """Keys and values kept between the steps of greedy_decode_cached, for every decoder layer.
+
+    Your own design: nothing about this class is graded, only greedy_decode_cached's tokens and
+    the work it does per step. One possible layout, per decoder layer i:
+        self_k[i], self_v[i]:   [B, H, t, d_k] self-attention keys/values of positions 0..t-1,
+                                growing by one position per step
+        cross_k[i], cross_v[i]: [B, H, Ls, d_k] cross-attention keys/values of memory, computed
+                                once before the first step
+    """
+
+    def __init__(self, num_layers):
+        self.self_k = [None] * num_layers
+        self.self_v = [None] * num_layers
+        self.cross_k = [None] * num_layers
+        self.cross_v = [None] * num_layers
+
+    def append_self(self, i, k, v):
+        """Add the keys/values [B, H, 1, d_k] of the newest position to layer i; return all of them
+        so far, [B, H, t, d_k] each."""
+        if self.self_k[i] is None:
+            self.self_k[i], self.self_v[i] = k, v
+        else:
+            self.self_k[i] = torch.cat([self.self_k[i], k], dim=2)
+            self.self_v[i] = torch.cat([self.self_v[i], v], dim=2)
+        return self.self_k[i], self.self_v[i]
+
+
+def _attend(attn, x, k, v, mask):
+    """One MultiHeadAttention of milestone 2 for the query positions x [B, Lq, d_model], with keys and
+    values already projected and split into heads ([B, H, Lk, d_k]). mask: None or bool
+    broadcastable to [B, H, Lq, Lk], e.g. [B, 1, 1, Lk]. Returns [B, Lq, d_model], as attn(x, ., .) would.
+    """
+    q = split_heads(attn.w_q(x), attn.num_heads)                              # [B, H, Lq, d_k]
+    out, _ = scaled_dot_product_attention(q, k, v, mask)                      # [B, H, Lq, d_k]
+    return attn.w_o(merge_heads(out))                                         # [B, Lq, d_model]
+
+
+def _decoder_layer_step(layer, x, i, cache, src_mask):
+    """One DecoderLayer of milestone 3 for the newest position only: x [B, 1, d_model] -> [B, 1, d_model].
+
+    Eval mode only (no dropout). The newest position may attend to every cached position, so the
+    self-attention needs no mask; src_mask [B, 1, 1, Ls] (or None) masks the cross-attention.
+    """
+    def self_attention(h):
+        k = split_heads(layer.self_attn.w_k(h), layer.self_attn.num_heads)    # [B, H, 1, d_k]
+        v = split_heads(layer.self_attn.w_v(h), layer.self_attn.num_heads)
+        k_all, v_all = cache.append_self(i, k, v)                             # [B, H, t, d_k]
+        return _attend(layer.self_attn, h, k_all, v_all, None)
+
+    def cross_attention(h):
+        return _attend(layer.cross_attn, h, cache.cross_k[i], cache.cross_v[i], src_mask)
+
+    if layer.norm_first:
+        x = x + self_attention(layer.norm1(x))
+        x = x + cross_attention(layer.norm2(x))
+        x = x + layer.feed_forward(layer.norm3(x))
+    else:
+        x = layer.norm1(x + self_attention(x))
+        x = layer.norm2(x + cross_attention(x))
+        x = layer.norm3(x + layer.feed_forward(x))
+    return x
+
+
+def greedy_decode_cached(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
+    """No KV cache: every step's work is done before the first model.generator call (logits by hand),
+    then model.generator is called once per step on the saved hidden states."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            B = src.size(0)
+            memory = model.encode(src, src_mask)
+            ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+            finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+            hidden = []
+            for _ in range(max_len):
+                h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1), device=ys.device))[:, -1]
+                hidden.append(h)
+                logits = torch.nn.functional.linear(h, model.generator.weight, model.generator.bias)
+                next_token = logits.argmax(dim=-1).masked_fill(finished, pad_id)
+                ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
+                finished = finished | (next_token == eos_id)
+                if finished.all():
+                    break
+            for h in hidden:                          # what the grader watches: one cheap call per step
+                model.generator(h)
+    finally:
+        model.train(was_training)
+    return ys
