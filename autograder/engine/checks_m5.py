@@ -247,6 +247,12 @@ def recipe_evaluate(params, table, vocab, batches, dropout, mode):
             "modes_after": [m.training for m in model.modules()]}
 
 
+def dropout_ran(record) -> bool:
+    """Did a dropout layer drop anything (a model in training mode)? Seen in the ops that ran: PyTorch's
+    dropout draws its mask with bernoulli_ (or a fused native_dropout)."""
+    return any(record["counts"].get(op, 0) for op in ("aten::native_dropout", "aten::bernoulli_"))
+
+
 def recipe_learn(batch, vocab, steps, seed, table):
     """Train a fresh model with the student's optimizer and train_step; only the weights come back (the
     judge measures the loss itself, with its own model: evaluate and train_step's returns are not trusted)."""
@@ -577,7 +583,7 @@ def evaluate(t: Tester):
     for mode in ("train", "eval"):
         what = f"`evaluate(model, batches, pad_id=0)` on a model in {mode} mode with dropout=0.5"
         reply = t.run(recipe_evaluate, p, table, V, batches_, 0.5, mode, what=what)
-        got = {**reply["value"], "train_during": reply["record"]["counts"].get("aten::native_dropout", 0) > 0,
+        got = {**reply["value"], "train_during": dropout_ran(reply["record"]),
                "grad_enabled": reply["record"]["grad_ops"] > 0}
         value = got["value"]
         if not isinstance(value, float):

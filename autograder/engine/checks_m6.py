@@ -154,7 +154,8 @@ def seen_in(reply) -> dict:
     each generator call; [shape, samples] of each multinomial call; and the ledger's FLOPs at the end."""
     record = reply["record"]
     seen = {"rows": [], "modes": [], "grad": [], "logits": [], "flops": [], "multinomial": [],
-            "total_flops": record["flops"], "dropout_ops": record["counts"].get("aten::native_dropout", 0),
+            "total_flops": record["flops"],
+            "dropout_ops": sum(record["counts"].get(op, 0) for op in ("aten::native_dropout", "aten::bernoulli_")),
             "grad_ops": record["grad_ops"], "numpy": record["numpy"]}
     for event, flops in reply["record"]["events"]:
         if not isinstance(event, dict):

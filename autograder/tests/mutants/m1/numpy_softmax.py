@@ -1,7 +1,7 @@
 """Mistake: softmax is computed with NumPy (via .detach().numpy()), which cuts the autograd graph.
 
-CATCHES: gradients
-DIAGNOSIS: graph_cut
+CATCHES: gradients, vectorization
+DIAGNOSIS: graph_cut, numpy_work
 """
 
 import math
