@@ -233,7 +233,7 @@ def transformer_spec(t: Tester, layers, norm_first, eos_bias=0.0, dropout=0.1):
 def stepper(spec, src, src_mask, *, causal=True):
     """step(prefixes [N, t], rows [N]) -> next-token logits [N, V] of the judge's copy of the model."""
     if spec["kind"] == "oracle":
-        model = OracleModel(**spec["options"])
+        model = OracleModel(**spec["options"]).requires_grad_(False)      # the judge builds no graph
         memory = model.encode(src, src_mask)
 
         def step(prefixes, rows):

@@ -33,9 +33,8 @@ import numpy  # noqa
 import torch  # noqa
 import torch.nn.functional as F  # noqa
 import torch.utils.flop_counter  # noqa
-# torch imports these lazily (dynamo at the first call of a function it must not compile, i.e. at once under
-# the grader's modes; sympy, with ctypes, at a first gradient): import them now, before ctypes is taken out
-# of the worker, and once per slot instead of once per worker.
+# torch imports these lazily, and both import ctypes (dynamo: at the first optimizer or meta tensor; sympy:
+# at a first gradient): import them now, before ctypes is taken out of the worker, once per slot.
 import torch._dynamo  # noqa
 import torch.fx.experimental.symbolic_shapes  # noqa
 
