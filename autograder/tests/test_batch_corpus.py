@@ -24,13 +24,14 @@ import pytest
 from autograder import config
 from autograder.batch.run import grade_class
 from autograder.sandbox.bwrap import works as bwrap_works
+from autograder.sandbox.slot import files_restricted
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "hostile" / "m1"
 COURSE = config.load()
 ALL = set(COURSE.milestone("m1").checks)
 
-# name: (score, groups that fail, text in the first failure's message, needs the bwrap sandbox)
+# name: (score, groups that fail, text in the first failure's message, needs file isolation: bubblewrap or Landlock)
 EXPECTED = {
     "infinite_loop":    (18, {"mask_helpers"}, "did not finish within", False),
     "memory_bomb":      (18, {"mask_helpers"}, "allocate memory", False),
@@ -45,8 +46,9 @@ EXPECTED = {
     "wrong_shapes":     (8, {"mask_helpers", "shapes", "masking", "parity", "stability", "dropout"}, "shape", False),
     # Its softmax gives NaN: charged in softmax; attention is graded with a correct stand-in.
     "nan_outputs":      (12, {"softmax", "stability", "vectorization", "from_scratch", "dtype_inplace"}, "NaN", False),
-    "network":          (0, ALL, "could not reach the answer server", True),     # no network: bwrap only
-    # Its own work is the stub: 0. Unsandboxed, the repository is readable and the cheat works.
+    # No network: a namespace under bubblewrap, the system-call filter (no sockets) without it.
+    "network":          (0, ALL, "could not reach the answer server", False),
+    # Its own work is the stub: 0. The repository is out of reach (bubblewrap's mounts, or Landlock).
     "read_solution":    (0, ALL, "not implemented yet", True),
     # Patching torch/numpy in the worker cannot touch the judge: scored like its naive softmax.
     "monkeypatch":      (16, {"softmax", "stability"}, "NaN", False),
@@ -85,9 +87,9 @@ def test_every_corpus_entry_has_an_expectation():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_hostile_submission_outcome(batch, name):
     run, out = batch
-    score, failing, words, needs_sandbox = EXPECTED[name]
-    if needs_sandbox and run.sandbox.mode != "bwrap":
-        pytest.skip("resource-limits mode: files are not isolated (the report says so)")
+    score, failing, words, needs_isolation = EXPECTED[name]
+    if needs_isolation and not (run.sandbox.mode == "bwrap" or files_restricted()):
+        pytest.skip("neither bubblewrap nor Landlock on this kernel: files are not isolated (the report says so)")
     r = run.results[name]
     assert {c.name for c in r.checks if not c.passed} == failing, [(c.name, c.message[:120]) for c in r.checks]
     assert r.score == score
