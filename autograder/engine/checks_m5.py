@@ -20,6 +20,9 @@ from .checks_m4 import D, TorchModel, by_student_name, model_params, pe_table
 from .diagnosis import Catalogue, Mistake
 
 CATALOGUE = Catalogue("m5")
+# A first optimizer step imports torch's compiler (dynamo), which the fork server skips unless asked: these
+# checks step optimizers in the worker.
+WORKER_PRELOAD = ("torch._dynamo",)
 # judge_steps replays "scheduler before optimizer" on purpose
 warnings.filterwarnings("ignore", message="Detected call of", category=UserWarning)
 PAD, BOS, EOS, UNK = 0, 1, 2, 3

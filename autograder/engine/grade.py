@@ -15,6 +15,7 @@ How points follow mistakes (the same for every milestone):
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 import traceback
 from contextlib import ExitStack
@@ -72,8 +73,10 @@ class _WorkerPool:
     later check would fail the same way, so the reason is kept and no new worker is started.
     """
 
-    def __init__(self, folder: Path, slot, modules: tuple[str, ...], references: tuple[str, ...], timeout: float):
+    def __init__(self, folder: Path, slot, modules: tuple[str, ...], references: tuple[str, ...], timeout: float,
+                 preload: tuple[str, ...] = ()):
         self.folder, self.slot, self.modules, self.references, self.timeout = folder, slot, modules, references, timeout
+        self.preload = preload
         self.factory = slot.worker_factory()
         self.worker: Worker | None = None
         self.workers: list[Worker] = []           # every worker of this submission (their evidence)
@@ -84,7 +87,7 @@ class _WorkerPool:
             raise self.import_lost
         if self.worker is None or not self.worker.alive():
             self.close()
-            self.worker = self.factory([self.folder])
+            self.worker = self.factory([self.folder], self.preload)
             self.workers.append(self.worker)
             try:
                 reply = self.worker.request({"op": "import", "modules": list(self.modules),
@@ -108,6 +111,12 @@ class _WorkerPool:
         tamper = list(dict.fromkeys(e for w in self.workers for e in w.tamper))
         unobserved = list(dict.fromkeys(e for w in self.workers for e in w.unobserved))
         return tamper, unobserved
+
+
+def worker_preload(milestone_id: str) -> tuple[str, ...]:
+    """Modules a milestone's workers need the fork server to import first (see checks_m5.WORKER_PRELOAD)."""
+    module = sys.modules.get(f"autograder.engine.checks_{milestone_id}")
+    return tuple(getattr(module, "WORKER_PRELOAD", ()))
 
 
 def check_groups(milestone_id: str) -> dict[str, Group]:
@@ -154,7 +163,8 @@ class Grading:
                 self.slot = self._stack.enter_context(open_slot(self.sandbox, self.course.startup_timeout))
             self.groups = check_groups(self.m.id)
             references = tuple(Path(f.name).stem for f in self.graded if f.source != "yours")
-            self.pool = _WorkerPool(self.folder, self.slot, self.m.modules, references, self.m.probe_timeout)
+            self.pool = _WorkerPool(self.folder, self.slot, self.m.modules, references, self.m.probe_timeout,
+                                    worker_preload(self.m.id))
             self._stack.callback(self.pool.close)
         except BaseException:
             self._stack.close()

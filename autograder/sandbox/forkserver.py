@@ -33,17 +33,52 @@ import numpy  # noqa
 import torch  # noqa
 import torch.nn.functional as F  # noqa
 import torch.utils.flop_counter  # noqa
-# torch imports these lazily, and both import ctypes (dynamo: at the first optimizer or meta tensor; sympy:
-# at a first gradient): import them now, before ctypes is taken out of the worker, once per slot.
-import torch._dynamo  # noqa
+# torch imports this lazily (with sympy and ctypes: at a meta tensor, a first gradient under a mode): import it
+# now, before ctypes is taken out of the worker, once per slot.
 import torch.fx.experimental.symbolic_shapes  # noqa
+import torch._compile  # noqa
 
 torch.set_num_threads(1)
 
 
+def _no_dynamo():
+    """torch wraps many functions (meta kernels, dispatch modes) so that its compiler skips them, importing the
+    compiler (dynamo: 0.5 s, and ctypes) at the first call to switch it off. Nothing here ever compiles (a worker's
+    guard refuses torch.compile), so each wrapper may call its function directly, as it does once dynamo is
+    loaded and idle. Optimizers import dynamo themselves: a spawn that needs it asks for it (see preload)."""
+    import gc
+    inner = torch._compile._disable_dynamo(lambda: None).__code__
+
+    def _disable_dynamo(fn=None, recursive=True):
+        return fn if fn is not None else _disable_dynamo
+    torch._compile._disable_dynamo = torch._disable_dynamo = _disable_dynamo
+    for obj in gc.get_objects():
+        if type(obj) is types.FunctionType and obj.__code__ is inner:
+            fn = obj.__closure__[inner.co_freevars.index("fn")].cell_contents
+            try:
+                setattr(fn, "__dynamo_disable", fn)
+            except AttributeError:
+                pass
+
+
+_no_dynamo()
+PRELOADABLE = ("torch._dynamo",)     # what a spawn may ask the server to import first (see preload)
+
+
+class NotPreloaded:
+    """In a worker whose server did not load dynamo: importing it (an optimizer's step does) is a clear error
+    instead of a lazy import of ctypes, which the guard would take for tampering."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name in PRELOADABLE:
+            raise ImportError(f"{name} (torch's compiler, which optimizers and torch.func load) is not available "
+                              f"while this milestone is graded: the functions graded here need neither")
+        return None
+
+
 def _prewarm():
     """Pay torch's first-call costs once, before forking, and load now what torch imports lazily on those
-    first calls (an optimizer step imports a profiler module that imports ctypes)."""
+    first calls (an optimizer step's record_function imports a profiler module that imports ctypes)."""
     for dtype in (torch.float64, torch.float32):
         q = torch.randn(2, 2, 3, 4, dtype=dtype, requires_grad=True)
         mask = torch.ones(3, 3, dtype=torch.bool).tril()
@@ -54,12 +89,15 @@ def _prewarm():
         opt = torch.optim.Adam(lin.parameters())
         F.gelu(F.dropout(lin(q), 0.5)).sum().backward()
         torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
-        opt.step()
-        torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0).step()
+        torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+        with torch.autograd.profiler.record_function("step"):   # what an optimizer step opens first
+            pass
         torch.multinomial(torch.ones(2, 3), 1)
 
 
 _prewarm()
+# Found once here (a worker may not create files, so it would find none): a write there is then refused plainly.
+__import__("tempfile").gettempdir()
 if DROP_UID is not None:          # a root-only Python install, read through folders opened now
     reach_unreadable(DROP_UID, sys.modules)  # noqa: F821 (confine.py)
 try:   # PR_SET_CHILD_SUBREAPER: orphans of a worker are reaped here
@@ -104,6 +142,22 @@ def _scrub_ctypes():
                 del d[k]
 
 
+def preload(modules, ledger):
+    """Import what a spawn asked for (dynamo, for optimizers) once, in the server: then the guard's tripwires
+    in the new modules, and ctypes scrubbed again."""
+    missing = [m for m in modules if m not in sys.modules]
+    if not missing:
+        return
+    for name in missing:
+        __import__(name)
+    lin = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.ones(1, 2)).sum().backward()
+    opt.step()               # imports what a first step imports (a profiler module, with ctypes)
+    extend(ledger, sys.modules)  # noqa: F821 (guard.py)
+    _scrub_ctypes()
+
+
 def child(msg, fds, ledger):
     code = 70
     try:
@@ -125,6 +179,8 @@ def child(msg, fds, ledger):
         os.environ.update(msg.get("env") or {})
         sys.argv = ["-c"]
         sys.path[:0] = msg["folders"]
+        if any(m not in sys.modules for m in PRELOADABLE):
+            sys.meta_path.insert(0, NotPreloaded())
         confine(msg.get("limits") or {}, DROP_UID, "worker",  # noqa: F821 (confine.py)
                 python_readable() + list(msg["folders"]))  # noqa: F821
         serve, functions = worker_main(ledger, {"reply_fd": reply_fd, "folders": msg["folders"]},  # noqa: F821
@@ -200,6 +256,7 @@ def main():
                 kill_worker(pid)
             os._exit(0)
         if msg["op"] == "spawn":
+            preload([m for m in msg.pop("preload", ()) if m in PRELOADABLE], ledger)
             pid = os.fork()
             if pid == 0:
                 child(msg, fds, ledger)

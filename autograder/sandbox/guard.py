@@ -736,7 +736,7 @@ def install(modules):
         "requires_grad": TC.TensorBase.__dict__["requires_grad"].__get__,
         "ndarray": __import__("numpy").ndarray,
         "known": {}, "library": set(), "models": set(), "worker": set(), "guarded": set(), "keep": [],
-        "wires": {}, "wire_code": wire_code, "op_names": op_names,
+        "wires": {}, "wire_fns": {}, "wire_code": wire_code, "op_names": op_names,
         "fn_names": _hashable_names(vars(torch)), "made_names": made,
         "fn_mode": fn_mode, "op_mode": op_mode, "fn_code": fn_method.__code__, "op_code": op_method.__code__,
         "getframe": _sys._getframe,
@@ -766,14 +766,10 @@ def install(modules):
         w.__kwdefaults__ = {"_name": name, "_audit": _sys.audit}
         w.__qualname__ = key[1]
         s["wires"][name] = (original, aliases[key], key[1])
+        s["wire_fns"][name] = w
         s["guarded"].add(id(w))
         s["keep"].append(w)
-        for mod in list(modules.values()):
-            d = getattr(mod, "__dict__", None) if isinstance(mod, types.ModuleType) else None
-            if type(d) is dict:
-                for n, v in list(d.items()):
-                    if v is original:
-                        d[n] = w
+    extend(s, modules)
     glue_classes = (TorchDispatchMode, TorchFunctionMode, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
     s["glue_classes"] = [(c, {k: id(v) for k, v in vars(c).items()}) for c in glue_classes]
 
@@ -785,6 +781,24 @@ def install(modules):
     TC._push_on_torch_function_stack(fn_mode)
     TC._push_on_torch_dispatch_stack(op_mode)
     return s
+
+
+def extend(s, modules):
+    """Put each tripwire wherever a module holds its original (at install, and again when the fork server has
+    imported more of torch), adding the names torch's modules know the original by."""
+    import types
+    by_id = {id(original): name for name, (original, _, _) in s["wires"].items()}
+    for mod_name, mod in list(modules.items()):
+        d = getattr(mod, "__dict__", None) if isinstance(mod, types.ModuleType) else None
+        if type(d) is not dict:
+            continue
+        for n, v in list(d.items()):
+            name = by_id.get(id(v))
+            if name is not None and s["wires"][name][0] is v:
+                original, aliases, short = s["wires"][name]
+                if mod_name.startswith("torch") and type(mod).__name__ == "module":
+                    s["wires"][name] = (original, aliases | {n}, short)
+                d[n] = s["wire_fns"][name]
 
 
 def start(s, key, fd, worker_functions):

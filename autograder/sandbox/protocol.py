@@ -12,16 +12,27 @@ from __future__ import annotations
 import hashlib
 import hmac
 import marshal
-
-import torch
+from functools import cache
 
 MAX_FRAME = 512 * 1024 * 1024
 MAC_BYTES = 32
 TENSOR = "__tensor__"
-_DTYPES = {str(d).replace("torch.", ""): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16,
-                                                     torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
-                                                     torch.bool, torch.complex64, torch.complex128)}
-_AS_INT = {torch.bfloat16: torch.int16, torch.float16: torch.int16}
+_DTYPE_NAMES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+                "complex64", "complex128")
+
+
+@cache
+def _torch():
+    """torch, imported at the first frame: a slot's fork server starts (and imports torch) while the judge
+    imports it, instead of after."""
+    import torch
+    return torch
+
+
+def _as_int(dtype):
+    """The integer dtype a half-precision tensor travels as (numpy has no bfloat16)."""
+    torch = _torch()
+    return torch.int16 if dtype in (torch.bfloat16, torch.float16) else None
 
 
 class ForgedReply(Exception):
@@ -29,9 +40,10 @@ class ForgedReply(Exception):
 
 
 def _pack(x):
+    torch = _torch()
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu().contiguous()
-        raw = _AS_INT.get(t.dtype)
+        raw = _as_int(t.dtype)
         data = (t.view(raw) if raw else t).numpy().tobytes()
         return (TENSOR, str(t.dtype).replace("torch.", ""), tuple(t.shape), data)
     if isinstance(x, (list, tuple)):
@@ -42,11 +54,12 @@ def _pack(x):
 
 
 def _unpack(x):
-    if type(x) is tuple and len(x) == 4 and x[0] == TENSOR and x[1] in _DTYPES:
-        dtype = _DTYPES[x[1]]
+    if type(x) is tuple and len(x) == 4 and x[0] == TENSOR and x[1] in _DTYPE_NAMES:
+        torch = _torch()
+        dtype = getattr(torch, x[1])
         if not x[3]:
             return torch.empty(x[2], dtype=dtype)
-        raw = _AS_INT.get(dtype)
+        raw = _as_int(dtype)
         t = torch.frombuffer(bytearray(x[3]), dtype=raw or dtype).reshape(x[2])
         return t.view(dtype) if raw else t
     if type(x) in (list, tuple):

@@ -123,10 +123,11 @@ class _RemoteProc:
 class ForkedWorker(Worker):
     """A client.Worker whose process is forked by a slot's fork server."""
 
-    def __init__(self, slot: "Slot", folders: list[str], cwd: str, env: dict, startup_timeout: float):
+    def __init__(self, slot: "Slot", folders: list[str], cwd: str, env: dict, startup_timeout: float,
+                 preload: tuple[str, ...] = ()):
         self.slot = slot
         key = secrets.token_bytes(32)
-        self._attach(slot.spawn(folders, cwd, env, key), key, startup_timeout, slot.sandbox.limits.output)
+        self._attach(slot.spawn(folders, cwd, env, key, preload), key, startup_timeout, slot.sandbox.limits.output)
 
 
 class Slot:
@@ -226,7 +227,8 @@ class Slot:
                     os.chown(self.sub / f.name, 0, self.drop_uid)
         os.chmod(self.sub, 0o750 if self.drop_uid is not None else 0o755)
 
-    def spawn(self, folders: list[str], cwd: str, env: dict, key: bytes) -> _RemoteProc:
+    def spawn(self, folders: list[str], cwd: str, env: dict, key: bytes, preload: tuple[str, ...] = ()) -> _RemoteProc:
+        """Fork a worker; `preload`: modules the server imports first, once (torch._dynamo: optimizers need it)."""
         self._wait_ready()
         with self._cond:
             wid = self._next
@@ -235,7 +237,7 @@ class Slot:
         pipes = [os.pipe() for _ in range(3)]            # (read, write) each
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         msg = {"op": "spawn", "id": wid, "key": key.hex(), "folders": folders, "cwd": cwd, "env": env,
-               "limits": self.sandbox.limits.rlimits()}
+               "limits": self.sandbox.limits.rlimits(), "preload": list(preload)}
         try:
             socket.send_fds(self._ctrl, [json.dumps(msg).encode()], theirs)
         finally:
@@ -246,7 +248,7 @@ class Slot:
 
     def worker_factory(self):
         """A grade() worker_factory: copy the prepared folder into the slot, fork a worker there."""
-        def factory(folders: list[Path]) -> Worker:
+        def factory(folders: list[Path], preload: tuple[str, ...] = ()) -> Worker:
             self.reset(folders[0])
             env = client.clean_env()
             if self.sandbox.mode == "bwrap":
@@ -254,7 +256,7 @@ class Slot:
             else:
                 inner, cwd = [str(self.sub)], str(self.sub)
             env.update(HOME=cwd, TMPDIR=cwd)
-            return ForkedWorker(self, inner, cwd, env, self.startup_timeout)
+            return ForkedWorker(self, inner, cwd, env, self.startup_timeout, preload)
         return factory
 
     def alive(self) -> bool:
