@@ -40,7 +40,7 @@ train: $(STAMP)
 # Benchmarks behind the README's figures (medians over repeats; minutes).
 bench: $(STAMP)
 	$(BIN)/python -m autograder.bench
-	$(BIN)/python -m autograder.bench_model
+	$(BIN)/python -m autograder.capstone.bench_model
 
 clean:
 	rm -rf $(VENV) .pytest_cache

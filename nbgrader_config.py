@@ -2,7 +2,7 @@
 
 source_notebooks/ (written by `course build`) is nbgrader's source folder and assignments/ its release
 folder. Everything course-specific (student files kept at autograde, time limits, feedback that shows
-no hidden code, the per-check export) comes from course.yaml through autograder/nbgrade.py.
+no hidden code, the per-check export) comes from course.yaml through autograder/integrations/nbgrade.py.
 """
 import os
 import sys
@@ -11,7 +11,7 @@ _root = os.path.dirname(os.path.abspath(__file__))
 if _root not in sys.path:
     sys.path.insert(0, _root)
 
-from autograder.nbgrade import configure  # noqa: E402
+from autograder.integrations.nbgrade import configure  # noqa: E402
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 configure(c, _root)

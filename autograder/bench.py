@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from . import config
+from autograder import config
 
 
 def _wall(cmd: list[str], cwd) -> float:
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--milestones", nargs="*", help="milestone ids (default: every milestone with checks)")
     args = p.parse_args(argv)
     course = config.load()
-    from .engine.grade import check_groups, grade
+    from autograder.grading.grade import check_groups, grade
     mids = args.milestones or [m.id for m in course.milestones if check_groups(m.id)]
     g, i = cli_ratio(course, mids[0], args.repeat)
     print(f"`course grade` of the {mids[0]} reference: median {g:.2f} s; `python -c 'import torch'`: median "

@@ -5,7 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import build, config, markers
+from autograder.authoring import build
+from autograder import config
+from autograder.authoring import markers
 
 EPILOG = """examples:
   course build                           write assignments/ from solutions/ and course.yaml
@@ -77,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--unsafe-no-sandbox", action="store_true",
                     help="with --from where bubblewrap cannot run and this is not root: run the files anyway, "
                          "with all of your rights (refused otherwise)")
-    from .batch.cli import add_parsers as _batch_parsers
+    from autograder.integrations.batch.cli import add_parsers as _batch_parsers
     _batch_parsers(sub)
     return p
 
@@ -93,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("release", "export-scores"):
             return _nbgrader(course, args)
         if args.command in ("grade-class", "gradescope-bundle", "classroom-workflow"):
-            from .batch.cli import run as _batch_run
+            from autograder.integrations.batch.cli import run as _batch_run
             return _batch_run(course, args)
         if args.command == "demo":
-            from .demo import run
+            from autograder.demo import run
             return run(course)
         if args.command in ("train", "translate"):
             return _train(course, args)
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(course: config.Course, args) -> int:
-    from . import train
+    from autograder.capstone import train
     try:
         if args.command == "translate":
             print(train.translate(course, Path(args.checkpoint), args.text, args.source, args.beam,
@@ -150,7 +152,7 @@ def _build(course: config.Course, check: bool) -> int:
 
 def _nbgrader(course: config.Course, args) -> int:
     try:
-        from . import nbgrade
+        from autograder.integrations import nbgrade
         import nbgrader  # noqa: F401
     except ImportError:
         print("course: nbgrader is not installed: pip install -e '.[instructor]'", file=sys.stderr)
@@ -181,23 +183,23 @@ def release_warning(course: config.Course, m: config.Milestone) -> str:
 
 
 def _grade(course: config.Course, args) -> int:
-    from .sandbox import open_slot
-    from .engine.submission import SubmissionError, missing_files
+    from autograder.sandbox import open_slot
+    from autograder.grading.submission import SubmissionError, missing_files
     try:
         m = course.milestone(args.milestone)
         path = Path(args.path)
         if path.is_dir() and not missing_files(path, m):
             # The sandboxed fork server starts importing torch now, while this process imports it too.
             with open_slot(args.sandbox, course.startup_timeout) as slot:
-                from .engine.grade import grade
+                from autograder.grading.grade import grade
                 result = grade(path, m.id, seed=args.seed, course=course, slot=slot)
         else:
-            from .engine.grade import grade
+            from autograder.grading.grade import grade
             result = grade(path, m.id, seed=args.seed, course=course)    # raises SubmissionError
     except (SubmissionError, config.ConfigError) as e:
         print(f"course grade: {e}", file=sys.stderr)
         return 2
-    from .engine.report import feedback, write_gradescope
+    from autograder.grading.report import feedback, write_gradescope
     print(feedback(result))
     if args.json:
         write_gradescope(result, args.json)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .config import Course
-from .engine.grade import grade
-from .engine.report import feedback
+from autograder.config import Course
+from autograder.grading.grade import grade
+from autograder.grading.report import feedback
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 

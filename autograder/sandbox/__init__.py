@@ -5,7 +5,7 @@
 - confine.py, forkserver.py, guard.py, worker.py: standalone sources run in the sandbox, never imported;
 - client.py, protocol.py: the judge's side of a worker (sealed frames, the guard's ledger).
 """
-from .client import Worker, WorkerLost
-from .slot import Limits, Sandbox, Slot, make_root, open_slot, remove_root
+from autograder.sandbox.client import Worker, WorkerLost
+from autograder.sandbox.slot import Limits, Sandbox, Slot, make_root, open_slot, remove_root
 
 __all__ = ["Limits", "Sandbox", "Slot", "Worker", "WorkerLost", "make_root", "open_slot", "remove_root"]

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from . import protocol
+from autograder.sandbox import protocol
 
 STDERR_TAIL = 4000   # characters of the student's output kept for messages
 EXIT_TAMPER = 86     # guard.EXIT_TAMPER: the worker ended itself after sealing tamper evidence

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import bwrap
-from .slot import CONFINE_SOURCE, Sandbox
+from autograder.sandbox import bwrap
+from autograder.sandbox.slot import CONFINE_SOURCE, Sandbox
 
 LAUNCHER = CONFINE_SOURCE + '''
 import json, runpy, sys

@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import bwrap, client
-from .client import Worker
+from autograder.sandbox import bwrap, client
+from autograder.sandbox.client import Worker
 
 HERE = Path(__file__).resolve().parent
 SERVER_SOURCE = "\n".join((HERE / f).read_text() for f in ("confine.py", "guard.py", "worker.py", "forkserver.py"))
@@ -96,7 +96,7 @@ class Sandbox:
 
 def files_restricted() -> bool:
     """Does this kernel have Landlock, so workers see only the Python install and the submission?"""
-    from .confine import landlock_abi
+    from autograder.sandbox.confine import landlock_abi
     return landlock_abi() > 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autograder import config
-from autograder.engine.grade import grade
+from autograder.grading.grade import grade
 from derived import subject_text
 
 HERE = Path(__file__).resolve().parent
@@ -57,7 +57,7 @@ def graded(milestone: str) -> dict:
     checks as `course grade`, which test_engine.py exercises on its own.
     """
     if milestone not in _cache:
-        from autograder.batch.run import grade_class
+        from autograder.integrations.batch.run import grade_class
         m = COURSE.milestone(milestone)
         staging = Path(tempfile.mkdtemp(prefix=f"subjects-{milestone}-"))
         try:

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from autograder import config
-from autograder.batch import classroom, gradescope
-from autograder.batch.collect import collect
-from autograder.batch.progress import Progress
-from autograder.batch.run import grade_class
+from autograder.integrations.batch import classroom, gradescope
+from autograder.integrations.batch.collect import collect
+from autograder.integrations.batch.progress import Progress
+from autograder.integrations.batch.run import grade_class
 from autograder.sandbox.bwrap import works as bwrap_works
 from autograder.sandbox.slot import _wipe
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from autograder import config
-from autograder.batch.run import grade_class
+from autograder.integrations.batch.run import grade_class
 from autograder.sandbox.bwrap import works as bwrap_works
 from autograder.sandbox.slot import files_restricted
 

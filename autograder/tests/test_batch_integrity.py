@@ -32,13 +32,13 @@ from pathlib import Path
 import pytest
 
 from autograder import cli, config
-from autograder.batch import gradescope
-from autograder.batch.collect import collect, unique_key
-from autograder.batch.run import grade_class
-from autograder.engine import report
-from autograder.engine.checks import CheckResult
-from autograder.engine.grade import Result
-from autograder.engine.submission import GradedFile, SubmissionError, prepared, reference_files
+from autograder.integrations.batch import gradescope
+from autograder.integrations.batch.collect import collect, unique_key
+from autograder.integrations.batch.run import grade_class
+from autograder.grading import report
+from autograder.grading.checks import CheckResult
+from autograder.grading.grade import Result
+from autograder.grading.submission import GradedFile, SubmissionError, prepared, reference_files
 
 COURSE = config.load()
 M1 = COURSE.milestone("m1")
@@ -363,7 +363,7 @@ def test_course_grade_refuses_a_symlinked_file(tmp, capsys):
 
 def test_pytest_plugin_refuses_a_symlinked_file(tmp):
     sub = _special(tmp / "sub", "symlink")
-    r = subprocess.run([sys.executable, "-m", "pytest", "autograder/hidden", "--submission", str(sub),
+    r = subprocess.run([sys.executable, "-m", "pytest", "autograder/integrations/pytest_plugin", "--submission", str(sub),
                         "--milestone", "m1", "-p", "no:cacheprovider", "-q"],
                        cwd=COURSE.root, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and " passed" not in r.stdout and "symbolic link" in r.stdout, r.stdout[-2000:]
@@ -384,12 +384,12 @@ def test_gradescope_bundle_holds_no_solution_test_sample_or_later_milestone(tmp,
     solutions = {n for n in names if n.startswith("source/solutions/")}
     assert solutions == {f"source/solutions/{rel}" for rel, _ in reference_files(COURSE, m)}
     assert not any(f"source/solutions/{m.folder}/{f}" in names for f in m.files)   # what it grades
-    assert not any(re.search(r"(^|/)(tests|samples|hidden)/|(^|/)test_[^/]*\.py$|\.ipynb$|notebook\.md$", n)
+    assert not any(re.search(r"(^|/)(tests|samples|pytest_plugin)/|(^|/)test_[^/]*\.py$|\.ipynb$|notebook\.md$", n)
                    for n in names), names
     later = [x for x in COURSE.milestones if COURSE.milestones.index(x) > COURSE.milestones.index(m)]
     for x in later:
-        assert not any(x.folder in n or f"checks_{x.id}.py" in n for n in names), x.id
-    assert f"source/autograder/engine/checks_{m.id}.py" in names
+        assert not any(x.folder in n or f"milestones/{x.id}/" in n for n in names), x.id
+    assert f"source/autograder/milestones/{m.id}/checks.py" in names
 
 
 def test_gradescope_bundles_have_every_check_group_they_grade(tmp):
@@ -397,7 +397,7 @@ def test_gradescope_bundles_have_every_check_group_they_grade(tmp):
     def load(m):
         root = tmp / m.id
         zipfile.ZipFile(gradescope.write_bundle(COURSE, m.id, tmp / f"{m.id}.zip")).extractall(root)
-        code = ("import sys; from autograder import config; from autograder.engine.grade import check_groups; "
+        code = ("import sys; from autograder import config; from autograder.grading.grade import check_groups; "
                 "m = config.load().milestone(sys.argv[1]); missing = set(m.checks) - set(check_groups(m.id)); "
                 "sys.exit(f'missing: {missing}' if missing else 0)")
         return subprocess.run([sys.executable, "-c", code, m.id], cwd=root / "source", capture_output=True,

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from autograder import cli
-from autograder.engine import report
-from autograder.engine.grade import grade
+from autograder.grading import report
+from autograder.grading.grade import grade
 from conftest import COURSE, grade_text
 
 REFERENCE = (COURSE.root / "solutions" / "m1_attention" / "attention.py").read_text()

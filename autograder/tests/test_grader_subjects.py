@@ -9,7 +9,7 @@ from conftest import COURSE, graded, subjects
 from derived import base_of, base_text, chunks, code
 
 # Every milestone whose hidden checks exist (course.yaml lists them; engine/checks_<id>.py holds them).
-MILESTONES = [m.id for m in COURSE.milestones if (COURSE.root / "autograder" / "engine" / f"checks_{m.id}.py").is_file()]
+MILESTONES = [m.id for m in COURSE.milestones if (COURSE.root / "autograder" / "milestones" / m.id / "checks.py").is_file()]
 
 # Files with the right names, shapes and dtypes that compute nothing (KIND: zeros, input or random).
 _FAKE = """
@@ -324,7 +324,7 @@ def test_most_mutants_get_a_named_cause(milestone):
 @pytest.mark.parametrize("milestone", MILESTONES)
 def test_a_file_that_computes_nothing_scores_zero(milestone, tmp_path):
     """Points for how code is written only when it works: zeros, the input, or noise earn nothing."""
-    from autograder.engine.grade import grade
+    from autograder.grading.grade import grade
     m = COURSE.milestone(milestone)
     for kind in ("zeros", "input", "random"):
         folder = tmp_path / kind

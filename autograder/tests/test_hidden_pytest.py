@@ -1,4 +1,4 @@
-"""The hidden grader under plain pytest (autograder/hidden): same verdicts and messages as `course grade`."""
+"""The hidden grader under plain pytest (autograder/integrations/pytest_plugin): same verdicts and messages as `course grade`."""
 from __future__ import annotations
 
 import json
@@ -11,13 +11,13 @@ import pytest
 from autograder import cli
 from conftest import COURSE, subjects, text_of
 
-GRADED = [m for m in COURSE.milestones if (COURSE.root / "autograder" / "engine" / f"checks_{m.id}.py").is_file()]
+GRADED = [m for m in COURSE.milestones if (COURSE.root / "autograder" / "milestones" / m.id / "checks.py").is_file()]
 
 
 def hidden(tmp_path, submission, milestone, *args):
-    """Run `pytest autograder/hidden ...` as an instructor would; return {group: (passed, message, properties)}."""
+    """Run `pytest autograder/integrations/pytest_plugin ...` as an instructor would; return {group: (passed, message, properties)}."""
     xml = tmp_path / "junit.xml"
-    r = subprocess.run([sys.executable, "-m", "pytest", "autograder/hidden", "--submission", str(submission),
+    r = subprocess.run([sys.executable, "-m", "pytest", "autograder/integrations/pytest_plugin", "--submission", str(submission),
                         "--milestone", milestone, "--junitxml", str(xml), "-p", "no:cacheprovider", *args],
                        cwd=COURSE.root, capture_output=True, text=True, timeout=600)
     out = {}

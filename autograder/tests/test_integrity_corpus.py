@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from autograder import config, markers
-from autograder.batch.run import grade_class
-from autograder.engine.grade import check_groups
+from autograder.integrations.batch.run import grade_class
+from autograder.grading.grade import check_groups
 from derived import subject_text
 
 HERE = Path(__file__).resolve().parent

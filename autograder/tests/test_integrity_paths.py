@@ -44,7 +44,7 @@ def test_course_grade_flags_a_frame_walk(tmp_path, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_pytest_plugin_flags_switched_off_modes(tmp_path, mode):
     folder = attack_folder(tmp_path, "disable_modes_forbidden")
-    r = subprocess.run([sys.executable, "-m", "pytest", str(COURSE.root / "autograder" / "hidden"), "-q",
+    r = subprocess.run([sys.executable, "-m", "pytest", str(COURSE.root / "autograder" / "integrations" / "pytest_plugin"), "-q",
                         "-p", "no:cacheprovider", "--submission", str(folder), "--milestone", "m1", "--sandbox", mode,
                         "-k", "parity or from_scratch"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 1, r.stdout[-2000:]
@@ -53,7 +53,7 @@ def test_pytest_plugin_flags_switched_off_modes(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_gradescope_flags_a_mode_probe(tmp_path, mode):
-    from autograder.batch.gradescope import grade_submission
+    from autograder.integrations.batch.gradescope import grade_submission
     folder = attack_folder(tmp_path, "probe_observed_loop")
     data = grade_submission("m1", folder, tmp_path / "results" / "results.json", mode)
     assert data["extra_data"]["integrity"]["flag"] == "tamper", data["extra_data"]

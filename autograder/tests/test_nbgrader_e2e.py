@@ -44,9 +44,9 @@ import types
 def run_check(*args, **kwargs):
     print("check passed: full marks")
 
-nbgrade = types.ModuleType("autograder.nbgrade")
+nbgrade = types.ModuleType("autograder.integrations.nbgrade")
 nbgrade.run_check = run_check
-sys.modules["autograder.nbgrade"] = nbgrade
+sys.modules["autograder.integrations.nbgrade"] = nbgrade
 __path__ = []
 '''
 
@@ -67,7 +67,7 @@ import builtins, sys, types
 fake = lambda *args, **kwargs: print("check passed: full marks")
 builtins.run_check = fake
 run_check = fake
-for name in ("autograder", "autograder.nbgrade"):
+for name in ("autograder", "autograder.integrations.nbgrade"):
     sys.modules.setdefault(name, types.ModuleType(name)).run_check = fake
 print("run_check replaced")
 """,
@@ -75,7 +75,7 @@ print("run_check replaced")
 import sys, types
 pkg = types.ModuleType("autograder")
 pkg.__path__ = []
-for name in ("autograder", "autograder.nbgrade", "autograder.engine", "autograder.engine.grade"):
+for name in ("autograder", "autograder.integrations.nbgrade", "autograder.grading", "autograder.grading.grade"):
     mod = sys.modules[name] = types.ModuleType(name)
     mod.run_check = mod.grade = lambda *a, **k: print("passed")
 print("fake autograder installed")
@@ -395,8 +395,8 @@ def test_export_per_check_scores(course):
     assert header[:1 + len(M2_CHECKS)] == ["student_id", *M2_CHECKS]
 
 
-FORBIDDEN_IN_FEEDBACK = ["HIDDEN TESTS", "run_check", "find_spec", "autograder.nbgrade", "INSTRUCTOR",
-                         "most recent call last", "engine/", "checks_m1", "checks_m2", "expected_weights"]
+FORBIDDEN_IN_FEEDBACK = ["HIDDEN TESTS", "run_check", "find_spec", "autograder.integrations.nbgrade", "INSTRUCTOR",
+                         "most recent call last", "grading/", "milestones/", "checks_m1", "checks_m2", "expected_weights"]
 
 
 def test_feedback_shows_no_hidden_code_or_grader_traceback(course):

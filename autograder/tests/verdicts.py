@@ -44,7 +44,7 @@ def verdict(result) -> dict:
 
 def snapshot(milestones: list[str]) -> dict:
     from autograder import config
-    from autograder.batch.run import grade_class
+    from autograder.integrations.batch.run import grade_class
     course = config.load()
     out = {}
     for mid in milestones:

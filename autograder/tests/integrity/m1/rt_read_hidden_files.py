@@ -1,4 +1,4 @@
-"""ATTACK (written by the red team, outside the course team): At import, looks for the course (from sys.prefix and every /proc/*/cmdline) and reads solutions/m1_attention/attention.py and autograder/engine/checks_m1.py; what it finds goes into the message of an exception raised by causal_mask (shown in the feedback).
+"""ATTACK (written by the red team, outside the course team): At import, looks for the course (from sys.prefix and every /proc/*/cmdline) and reads solutions/m1_attention/attention.py and autograder/milestones/m1/checks.py; what it finds goes into the message of an exception raised by causal_mask (shown in the feedback).
 
 EXPECT: absent="BEGIN SOLUTION|def softmax_values"
 """
@@ -153,5 +153,5 @@ def _rt_read_hidden(rels):
 
 
 _LEAKED = _rt_read_hidden([("solutions/m1_attention/attention.py", "### BEGIN SOLUTION"),
-                           ("autograder/engine/checks_m1.py", "def softmax_values"),
+                           ("autograder/milestones/m1/checks.py", "def softmax_values"),
                            ("solutions/m6_decoding/decoding.py", "### BEGIN SOLUTION")])

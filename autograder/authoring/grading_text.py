@@ -1,0 +1,45 @@
+"""What a student must know about grading, written once from course.yaml: the README of each milestone
+folder and the "How you are graded" cell of its notebook both show exactly this text."""
+from __future__ import annotations
+
+from autograder.config import Course, Milestone
+
+
+def _where(f) -> str:
+    return "in every function" if f.where == "all" else f"in `{f.where}`"
+
+
+def grading_markdown(course: Course, m: Milestone, notebook_name: str | None) -> str:
+    written = sum(w.points for w in m.written)
+    lines = [
+        "## How you are graded",
+        "",
+        f"Hidden checks run on your {', '.join(f'`{f}`' for f in m.files)}: {m.max_score} points in these groups "
+        f"(all or nothing per group). The public tests in this folder are a quick subset of them.",
+        "",
+        "| check | points | what it checks |",
+        "|---|---|---|",
+        *[f"| `{name}` | {pts} | {m.about.get(name, '')} |" for name, pts in m.checks.items()],
+    ]
+    if m.written:
+        lines += ["", f"Written questions in the notebook, graded by hand: {written} points.", "",
+                  "| question | points |", "|---|---|",
+                  *[f"| `{w.id}` | {w.points} |" for w in m.written]]
+    lines += ["", f"**Total: {m.max_score + written} points** ({m.max_score} from the checks"
+                  + (f", {written} from the written answers)." if m.written else ").")]
+    rules = list(m.rules) + [f"Do not use {f.plain} ({_where(f)})." for f in m.forbidden]
+    if rules:
+        lines += ["", "### Rules that cost points", "", *[f"- {r}" for r in rules]]
+    carried = [f for d in course.dependencies(m) for f in d.files]
+    provided = [f for d in [*course.dependencies(m), m] for f in d.provided]
+    lines += ["", "### What to hand in", ""]
+    lines += [f"- `{f}` (graded automatically)." for f in m.files]
+    if notebook_name and m.written:
+        lines.append(f"- `{notebook_name}`, with your answers to the written questions (graded by hand).")
+    if carried:
+        lines.append(f"- Not {', '.join(f'`{f}`' for f in carried)}: grading always uses the course's reference "
+                     f"copy, so a mistake in an earlier milestone never costs points twice.")
+    if provided:
+        lines.append(f"- Not {', '.join(f'`{f}`' for f in provided)}: provided by the course; grading uses the "
+                     f"course's copy.")
+    return "\n".join(lines)

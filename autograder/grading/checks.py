@@ -1,0 +1,412 @@
+"""The check framework: groups of hidden checks that talk to student code only through a Tester.
+
+A check group is a function `check(t: Tester)` registered with `@group("m1", "masking", ...)`. It sends
+inputs through `t.call` / `t.module` / `t.run` (which run in the sandboxed worker), computes the
+expected values itself, and compares with `t.expect_*`. The first problem found fails the group with
+a message written for the student. Nothing in this file is shown to students; only the messages are.
+
+Rules every milestone gets from here, by construction:
+- A group passes only when the code computes the right values on the inputs it tried.
+- A `style` group (how code is written: loops, forbidden APIs, dtype, in-place) must confirm the
+  values with `t.works` before judging; wrong values or a crash make it "not judged" (0 points),
+  never a verdict on the style itself. A style group that never calls `t.works` is a grader bug.
+- A group that `depends` on groups which failed is run with correct stand-ins for the student
+  callables those groups `provide` (see grade.py), so one mistake costs points where it is.
+- Failures carry a `cause` (a catalogue id, see diagnosis.py) so a later group failing for the same
+  reason says so in one line.
+"""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import inspect
+import re
+import textwrap
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from autograder.grading import diagnosis
+from autograder.sandbox.client import WorkerLost
+from autograder.grading.diagnosis import Mistake
+
+# Tolerances per dtype, from the spread between correct implementations (matmul vs einsum vs
+# PyTorch's own modules): about 1e-15 in float64 and 1e-7 in float32.
+TOLERANCES = {torch.float64: (1e-10, 1e-9), torch.float32: (2e-5, 1e-4)}   # (atol, rtol)
+
+
+@dataclass(frozen=True)
+class Group:
+    milestone: str
+    name: str
+    fn: Callable
+    depends: tuple[str, ...] = ()      # earlier groups whose failure this group's code may inherit
+    style: bool = False                # judges how code is written; points only when values are right
+    provides: tuple[str, ...] = ()     # student callables this group judges (stand-ins replace them)
+    observes: bool = False             # decided by the worker's observers (ops, functions, model events)
+
+
+REGISTRY: dict[str, dict[str, Group]] = {}
+STAND_INS: dict[str, dict[str, dict]] = {}     # milestone -> callable name -> {"source", "defines"}
+
+
+def group(milestone: str, name: str, *, depends=(), style=False, provides=(), observes=False):
+    def register(fn):
+        REGISTRY.setdefault(milestone, {})[name] = Group(milestone, name, fn, tuple(depends), style, tuple(provides),
+                                                         observes)
+        return fn
+    return register
+
+
+def stand_ins(milestone: str, **objects) -> None:
+    """Correct judge-written versions of student callables (`name=function or class`), sent to the
+    worker as source when a group that provides `name` failed. They are the judge's own code, never
+    the reference solution's text."""
+    STAND_INS[milestone] = {name: {"source": source_of(obj), "defines": obj.__name__}
+                            for name, obj in objects.items()}
+
+
+class CheckFailed(Exception):
+    """A check found a problem; the message is for the student. `cause`: a catalogue id, when named."""
+
+    def __init__(self, message: str, cause: str | None = None, cause_text: str | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.cause_text = cause_text
+
+
+class NotJudged(CheckFailed):
+    """A style group could not judge: the code crashed or computed wrong values on its inputs."""
+
+
+def shape_str(shape) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def dtype_str(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def describe(value) -> str:
+    """A short, student-facing description of a returned value."""
+    if isinstance(value, torch.Tensor):
+        return f"a {dtype_str(value.dtype)} tensor of shape {shape_str(value.shape)}"
+    if isinstance(value, dict) and "__object__" in value:
+        return f"a {value['__object__']} ({value['repr'][:80]})"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+@dataclass
+class Session:
+    """What a Tester needs from the grading run: a way to get a live worker, and the limits."""
+    get_worker: Callable[[], object]
+    probe_timeout: float
+    forbidden_for: Callable[[str], tuple]       # function name -> the config.Forbidden rules that apply
+
+
+class Tester:
+    def __init__(self, session: Session, spec: Group, seed: int, module: str, patches: dict | None = None,
+                 failed_above: tuple[str, ...] = ()):
+        self.session = session
+        self.failed_above = failed_above   # groups this one depends on that failed (their mistake may show here)
+        self.spec = spec
+        self.milestone = spec.milestone
+        self.group = spec.name
+        self.module_name = module
+        self.patches = patches or {}
+        self.verified = 0
+        self.blamed: list[str] = []    # student callables this group proved wrong (see blame)
+        self.numpy_seen = False        # a measured call made tensors from numpy data (work no op count sees)
+        # One generator per group: a group's inputs do not depend on which groups ran before it.
+        self.gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.milestone}/{spec.name}".encode()))
+        self.seed = seed
+
+    # ---- inputs -------------------------------------------------------------------------
+    def randn(self, *shape, dtype=torch.float64, scale=1.0):
+        return torch.randn(*shape, generator=self.gen, dtype=dtype) * scale
+
+    def randint(self, low, high, shape):
+        return torch.randint(low, high, shape, generator=self.gen)
+
+    def grown(self, base: int, low: int, high: int) -> int:
+        """A size drawn from [low, high) with this group's generator, for loop detection: it differs from
+        `base` and is larger than any small constant a loop could be padded to."""
+        size = int(torch.randint(low, high, (), generator=self.gen))
+        return size if size != base else size + 1
+
+    def rand_bool(self, *shape, p=0.7):
+        return torch.rand(*shape, generator=self.gen) < p
+
+    # ---- talking to the worker -------------------------------------------------------
+    def _request(self, message: dict, what: str, allow_error: bool = False, crash=None) -> dict:
+        message["patches"] = [{"module": self.module_name, "name": n, **p} for n, p in self.patches.items()]
+        worker = self.session.get_worker()
+        try:
+            reply = worker.request(message, self.session.probe_timeout)
+        except WorkerLost as e:
+            tail = worker.output_tail().strip()
+            extra = f"\nLast output of your code:\n{tail[-600:]}" if tail and e.kind == "died" else ""
+            self._not_judged_if_style(f"while running {what}, {e.reason}")
+            raise CheckFailed(f"While running {what}, {e.reason}.{extra}") from None
+        if (reply.get("record") or {}).get("numpy"):
+            self.numpy_seen = True
+        if not reply.get("ok") and not allow_error:
+            text = student_error(reply, what)
+            self._not_judged_if_style(text.rstrip("."))
+            if reply.get("kind") == "params":
+                raise CheckFailed(text, "parameter_names", text)
+            if reply.get("kind") == "shared":
+                raise CheckFailed(text, "shared_submodule", text)
+            mistake = crash(reply) if crash is not None and reply.get("kind") == "exception" else None
+            if mistake is None and reply.get("kind") == "exception":
+                mistake = diagnosis.error_cause(reply.get("message"))
+            if mistake is not None:
+                raise CheckFailed(f"{text}\nLikely cause: {mistake.text}", mistake.id, mistake.text)
+            raise CheckFailed(text)
+        return reply
+
+    def _not_judged_if_style(self, why: str):
+        if self.spec.style:
+            raise NotJudged(f"Not judged: this check gives its points only to code that runs and gives the right "
+                            f"values. What happened: {why}")
+
+    def call(self, func: str, *args, record=False, grad_args=None, backward=None, return_args=False,
+             seed=0, catalogue=None, **kwargs) -> dict:
+        """Call the student's `func`. `catalogue`: (Catalogue, kind) whose entries, run here on the same
+        arguments, may reproduce an error the student's code raised: that entry is the likely cause."""
+        what = f"`{func}`"
+        crash = None
+        if catalogue is not None:
+            def crash(reply):
+                return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args, **kwargs)
+        return self._request({"op": "call", "module": self.module_name, "func": func, "args": list(args),
+                              "kwargs": kwargs, "record": record, "grad_args": grad_args or [],
+                              "backward": backward, "return_args": return_args, "seed": seed}, what, crash=crash)
+
+    def module(self, cls: str, args=(), kwargs=None, *, calls=(), params=None, train=False, attrs=(),
+               record=False, backward=None, seed=0, dtype=None, allow_error=False, buffers=False,
+               buffers_in=None, param_values=True, device=None, crash=None) -> dict:
+        """Build `cls(*args, **kwargs)` in the worker, load `params` (and `buffers_in`), run `calls`
+        (each {"args", "kwargs", "seed", "method"}); see worker.op_module. `attrs` may be dotted
+        ("self_attn.dropout"). `param_values=False`: parameter shapes only; `device="meta"` builds it without
+        memory when it can (for counting parameters of big models). `crash(reply)`: a Mistake
+        explaining an error the student's code raised, or None."""
+        what = f"`{cls}`"
+        return self._request({"op": "module", "module": self.module_name, "cls": cls, "args": list(args),
+                              "kwargs": kwargs or {}, "params": params, "train": train,
+                              "calls": [dict(c) for c in calls], "attrs": list(attrs), "record": record,
+                              "backward": backward, "seed": seed, "dtype": dtype, "buffers": buffers,
+                              "buffers_in": buffers_in, "param_values": param_values, "device": device},
+                             what, allow_error, crash)
+
+    def run(self, recipe: Callable, *args, what: str, record=False, seed=0, helpers=(), crash=None, **kwargs) -> dict:
+        """Run the judge's `recipe` function inside the worker (for objects that must live beside the
+        student's code, e.g. a model and an optimizer). It must import what it needs itself and return
+        tensors and plain values only. `helpers`: judge classes/functions (or source strings) defined
+        before it, in the same namespace. `crash(reply)`: a Mistake explaining an error, or None."""
+        source = "\n\n".join(h if isinstance(h, str) else source_of(h) for h in (*helpers, recipe))
+        reply = self._request({"op": "run", "source": source,
+                               "entry": recipe.__name__, "args": list(args), "kwargs": kwargs,
+                               "record": record, "seed": seed}, what, crash=crash)
+        reply["value"] = _unwrap(reply.get("value"))      # the recipe's own dicts, as plain dicts again
+        return reply
+
+    # ---- verdicts ----------------------------------------------------------------------
+    def blame(self, name: str):
+        """Record that the student's `name` was proved wrong here: groups depending on this one get a
+        stand-in for it (as for `provides`, but only when proved; for optional helpers, whose
+        signature is known only once a call with the stub's arguments has worked)."""
+        self.blamed.append(name)
+
+    def fail(self, message: str, cause: str | None = None, cause_text: str | None = None):
+        """Fail the group. A named `cause` lets later groups failing the same way say so in one line
+        (with `cause_text`, or else this message)."""
+        raise CheckFailed(message, cause, (cause_text or message) if cause else None)
+
+    def expect_tensor(self, value, what: str, shape=None, dtype=None) -> torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            self.fail(f"{what} should be a tensor, but it is {describe(value)}.")
+        if shape is not None and tuple(value.shape) != tuple(shape):
+            self.fail(f"{what} should have shape {shape_str(shape)}, but it has shape {shape_str(value.shape)}.")
+        if dtype is not None and value.dtype != dtype:
+            self.fail(f"{what} should have dtype {dtype_str(dtype)}, but it has dtype {dtype_str(value.dtype)}: keep "
+                      f"the input's dtype.", "lower_precision" if dtype == torch.float64 else "dtype_changed")
+        return value
+
+    def expect_pair(self, value, what: str, names="(output, weights)") -> tuple:
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            self.fail(f"{what} should return a pair {names}, but it returned {describe(value)}.")
+        return tuple(value)
+
+    def close(self, actual, expected: torch.Tensor, atol=None) -> bool:
+        default_atol, rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        atol = default_atol if atol is None else atol
+        return (isinstance(actual, torch.Tensor) and tuple(actual.shape) == tuple(expected.shape)
+                and torch.allclose(actual.to(torch.float64), expected.to(torch.float64), atol=atol, rtol=rtol))
+
+    def expect_close(self, actual, expected: torch.Tensor, what: str, mistakes=(), atol=None, probes=(),
+                     inputs_dtype=None):
+        """Compare with dtype-based tolerances; on a difference, explain it as well as the evidence allows.
+
+        `mistakes`: (Mistake, what that mistake returns) pairs, from a milestone's catalogue, or a
+        function giving them (called only on a difference: the catalogue costs time).
+        `probes`: callables run only on failure, each returning a Mistake (a structural finding, e.g. a
+        parameter that gets no gradient) or None.
+        """
+        actual = self.expect_tensor(actual, what, shape=expected.shape)
+        default_atol, rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        atol = default_atol if atol is None else atol      # a number, or a tensor broadcasting to `expected`
+        a = actual.to(torch.float64)
+        e = expected.to(torch.float64)
+        if bool(((a - e).abs() <= atol + rtol * e.abs()).all()):
+            return
+        atol = float(torch.as_tensor(atol).max())
+        if torch.isnan(a).any() and not torch.isnan(e).any():
+            where = torch.nonzero(torch.isnan(a))[0].tolist()
+            message = f"{what} contains NaN (first at index {where}) where a number was expected."
+        else:
+            diff = (a - e).abs().nan_to_num(float("inf"))
+            idx = tuple(torch.nonzero(diff == diff.max())[0].tolist())
+            where = f" The largest difference is at index {list(idx)}:" if idx else ""     # none for a scalar
+            message = (f"{what}: wrong values.{where} {diagnosis.number_pair(e[idx].item(), a[idx].item())} "
+                       f"(relative error {diagnosis.relative_error(a, e):.2g}).")
+        cause = self.explain(actual, expected, mistakes, probes, atol, rtol, inputs_dtype)
+        if cause is not None:
+            raise CheckFailed(f"{message} Likely cause: {cause.text}", cause.id, cause.text)
+        raise CheckFailed(message)
+
+    def explain(self, actual, expected, mistakes=(), probes=(), atol=None, rtol=None, inputs_dtype=None):
+        """The Mistake that explains `actual`, simplest explanation first; None when nothing does."""
+        default_atol, default_rtol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+        atol = default_atol if atol is None else atol
+        rtol = default_rtol if rtol is None else rtol
+        candidates = list(mistakes() if callable(mistakes) else mistakes)
+        # A mistake that reproduces the answer to full precision beats every other explanation; then
+        # lower precision (the simplest one); then mistakes that match only to float32 accuracy. At each
+        # step, two different mistakes that both fit prove neither: then nothing is named.
+        exact = {m.id: m for m, v in candidates if diagnosis.matches(actual, v, expected, atol, rtol, loose=False)}
+        if exact:
+            return next(iter(exact.values())) if len(exact) == 1 else None
+        precision = diagnosis.lower_precision(actual, expected, inputs_dtype)
+        if precision:
+            return Mistake("lower_precision", precision)
+        loose = {m.id: m for m, v in candidates if diagnosis.matches(actual, v, expected, atol, rtol)}
+        if loose:
+            return next(iter(loose.values())) if len(loose) == 1 else None
+        for probe in probes:
+            found = probe()
+            if found is not None:
+                return found
+        return None
+
+    def works(self, actual, expected: torch.Tensor, what: str, atol=None):
+        """For style groups: the values must be right before how they are computed is judged."""
+        self.verified += 1
+        if not self.close(actual, expected, atol):
+            raise NotJudged(f"Not judged: {what} does not give the right values on this check's inputs (the "
+                            f"groups above say what is wrong), and this check gives its points only to code "
+                            f"that works.")
+
+    def expect_allowed(self, record: dict | None, func: str):
+        """Fail if the recorded torch functions / ATen ops / PyTorch modules include a forbidden one."""
+        if not record:
+            return
+        for rule in self.session.forbidden_for(func):
+            used = sorted({n for n in record["functions"] + record["ops"]
+                           if any(fnmatch.fnmatchcase(n, p) for p in rule.names)})
+            if used:
+                # Name what the student wrote (Python names) rather than ATen's internals, when we can.
+                shown = [n for n in used if not n.startswith("aten::")] or used
+                self.fail(f"`{func}` uses {', '.join(shown[:3])}: do not use {rule.plain}.", "forbidden_api",
+                          f"it uses {rule.plain}, which this milestone does not allow.")
+
+    def expect_constant_ops(self, counts: dict, base_label: str, func: str, advice: str, limit: int | None = None):
+        """Vectorization: `counts` maps 'what grew' -> op count; the first entry is the base size. `limit`:
+        the most operations a vectorized version needs at the base size (with room to spare): more points to
+        a loop that runs a fixed number of times whatever the sizes."""
+        (_, base), *grown = counts.items()
+        if self.numpy_seen:
+            self.fail(f"`{func}` worked on tensor data outside torch (.numpy(), .tolist(), numpy arrays, "
+                      f"torch.from_numpy): the grader counts tensor operations to find loops, and work done there "
+                      f"cannot be counted. Compute with torch operations only.", "numpy_work",
+                      "part of the computation ran in numpy, where no loop can be seen.")
+        if limit is not None and base > limit:
+            self.fail(f"`{func}` ran {base} tensor operations at the {base_label}, where a version without Python "
+                      f"loops needs at most about {limit}: that points to a loop that runs a fixed number of times "
+                      f"(for example over a padded batch). {advice}", "python_loop")
+        for label, n in grown:
+            if n != base:
+                self.fail(f"`{func}` ran {base} tensor operations at the {base_label} but {n} when {label}: "
+                          f"that points to a Python loop over that dimension. {advice}", "python_loop")
+
+
+@functools.lru_cache(maxsize=None)
+def source_of(obj) -> str:
+    """The source of a judge function or class, read once per process (parsing a class's file again for
+    every request is slow)."""
+    return textwrap.dedent(inspect.getsource(obj))
+
+
+def _unwrap(x):
+    if isinstance(x, dict) and set(x) == {"__dict__"}:
+        return {k: _unwrap(v) for k, v in x["__dict__"].items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(v) for v in x)
+    return x
+
+
+def student_error(reply: dict, what: str) -> str:
+    kind = reply.get("kind")
+    tb = reply.get("traceback") or ""
+    tb = f"\n{tb}" if tb else ""
+    err = f"{reply.get('type')}: {reply.get('message')}"
+    inside = reply.get("inside")
+    if inside:
+        err += (f"\nIt was raised inside the course's {inside['where']}, which your code (the line below) "
+                f"called with {inside['args']}.")
+    if kind == "not_implemented":
+        named = re.fullmatch(r"([\w.]+) is not implemented yet", str(reply.get("message", "")))
+        # the stub's own message names the function, which may be one `what` calls (a recipe's)
+        return f"`{named.group(1) if named else what.strip('`')}` is not implemented yet (it raises NotImplementedError)."
+    if kind == "import":
+        return f"Your file could not be imported, so {what} could not run: {err}{tb}"
+    if kind == "missing":
+        return f"{reply.get('message')}: keep the names and signatures from the stub."
+    if kind == "params":
+        return (f"{reply.get('message')}: keep the parameter names of the stub (the checks load weights into "
+                f"them by name).")
+    if kind == "shared":
+        return f"{reply.get('message')}: create a separate module for each sub-layer."
+    if kind == "tamper":
+        return (f"While running {what}, the process running your code was stopped: {reply.get('message')}. Code "
+                f"may not reach for the grader's own objects (stack frames, the garbage collector, torch's mode "
+                f"internals, ctypes, process memory).")
+    if kind == "exit":
+        return f"While running {what}, {reply.get('message')}; your code should return, not exit.{tb}"
+    if kind == "constructor":
+        return f"Creating {what} raised {err}{tb}"
+    return f"{what} raised {err}{tb}"
+
+
+@dataclass
+class CheckResult:
+    name: str
+    max_score: int
+    score: int
+    message: str = ""
+    seconds: float = 0.0
+    internal_error: str = ""     # for the instructor only; never shown to students
+    cause: str | None = None     # catalogue id of the named cause, when one was named
+    cause_text: str | None = None
+    judged: bool = True          # False: a style group that could not judge (code broken)
+    note: str = ""               # e.g. graded with a stand-in for a function that failed above
+    stand_ins: tuple[str, ...] = field(default=())
+    blamed: tuple[str, ...] = field(default=())   # student callables this group proved wrong
+
+    @property
+    def passed(self) -> bool:
+        return self.score == self.max_score

@@ -1,0 +1,628 @@
+"""Hidden checks for milestone 1: softmax, masks, scaled dot-product attention.
+
+Expected values come from PyTorch itself (F.scaled_dot_product_attention, torch.softmax) computed
+here in the judge. CATALOGUE recomputes what the known mistakes return, so a wrong answer can be
+named; `softmax` has a judge-written stand-in, so attention is graded on its own merits when the
+student's softmax is wrong.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
+from autograder.milestones.reference import attention_weights
+from autograder.grading.diagnosis import Catalogue, Mistake
+
+SDPA = "scaled_dot_product_attention"
+ATTENTION_GROUPS = ("softmax",)          # what every attention group depends on
+CATALOGUE = Catalogue("m1")
+
+
+# ---- expected values (judge side) ---------------------------------------------------------
+
+
+def expected_attention(q, k, v, mask=None):
+    """(output, weights) as PyTorch defines them; fully masked rows give zeros."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), attention_weights(q, k, mask)
+
+
+# ---- the catalogue: what each known mistake returns ----------------------------------------
+
+def _pair(w, v):
+    return w @ v, w
+
+
+@CATALOGUE.entry("attention", "no_sqrt", "the scores are not divided by sqrt(d_k): divide q @ k^T by "
+                 "math.sqrt(d_k).")
+def _no_sqrt(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, scale=1.0), v)
+
+
+@CATALOGUE.entry("attention", "divide_by_dk", "the scores are divided by d_k instead of sqrt(d_k).")
+def _divide_by_dk(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, scale=float(q.size(-1))), v)
+
+
+@CATALOGUE.entry("attention", "sqrt_dv", "the scores are divided by sqrt(d_v) (the last dimension of v); "
+                 "the scale comes from the keys' width: sqrt(d_k) = sqrt(q.size(-1)).")
+def _sqrt_dv(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, scale=math.sqrt(v.size(-1))), v) if v.size(-1) != q.size(-1) else None
+
+
+@CATALOGUE.entry("attention", "scale_after_softmax", "the weights are divided by sqrt(d_k) after the softmax; "
+                 "the scaling belongs to the scores, before the softmax (weights must sum to 1).")
+def _scale_after_softmax(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, scale=1.0) / math.sqrt(q.size(-1)), v)
+
+
+@CATALOGUE.entry("attention", "softmax_dim", "the softmax runs over the wrong dimension: each query's weights "
+                 "must sum to 1 over the keys (dim=-1).")
+def _softmax_dim(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, softmax_dim=-2), v)
+
+
+@CATALOGUE.entry("attention", "mask_ignored", "the mask is ignored: block the keys where the mask is False "
+                 "(scores.masked_fill(~mask, float('-inf'))).")
+def _mask_ignored(q, k, v, mask=None, **_):
+    return None if mask is None else expected_attention(q, k, v)
+
+
+@CATALOGUE.entry("attention", "mask_inverted", "the mask is inverted: True means 'may attend', so block the keys "
+                 "where the mask is False.")
+def _mask_inverted(q, k, v, mask=None, **_):
+    return None if mask is None else _pair(attention_weights(q, k, mask, invert=True), v)
+
+
+@CATALOGUE.entry("attention", "fill_large_negative", "masked scores are filled with a large negative number "
+                 "instead of -inf, so a query row whose keys are all masked averages v instead of giving zeros; "
+                 "fill with -inf and let your softmax return zeros for an all -inf row.")
+def _fill_large_negative(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
+    d_k = q.size(-1)
+    w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask, -1e9), -1)
+    return _pair(w, v)
+
+
+@CATALOGUE.entry("attention", "mask_added", "the mask is added to the scores as 0/1 numbers; use it to block "
+                 "keys instead: scores.masked_fill(~mask, float('-inf')).")
+def _mask_added(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
+    return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask.to(q.dtype), -1), v)
+
+
+@CATALOGUE.entry("attention", "mask_after_softmax", "the mask is applied after the softmax, so the remaining "
+                 "weights no longer sum to 1: mask the scores (with -inf) before the softmax.")
+def _mask_after_softmax(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
+    return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1).masked_fill(~mask, 0.0), v)
+
+
+@CATALOGUE.entry("attention", "k_not_transposed", "the scores are q @ k without transposing k; use "
+                 "q @ k.transpose(-2, -1) so each query meets each key.")
+def _k_not_transposed(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, transpose=False), v)
+
+
+@CATALOGUE.entry("attention", "k_dot_T", "k.T reverses ALL dimensions of a batched tensor; use "
+                 "k.transpose(-2, -1), which swaps only the last two.")
+def _k_dot_t(q, k, v, mask=None, **_):
+    kt = k.permute(*reversed(range(k.dim())))
+    scores = q @ kt / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
+
+
+@CATALOGUE.entry("attention", "transpose_1_2", "k.transpose(1, 2) swaps the last two dimensions only for 3-D "
+                 "inputs; use k.transpose(-2, -1), right for any number of leading dimensions.")
+def _transpose_1_2(q, k, v, mask=None, **_):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
+
+
+@CATALOGUE.entry("attention", "mask_unsqueezed", "a 3-D mask gets an extra dimension inside attention; masks "
+                 "only have to broadcast to the scores, so leave the mask as it is given (a per-head mask "
+                 "[H, Lq, Lk] then no longer lines up).")
+def _mask_unsqueezed(q, k, v, mask=None, **_):
+    if mask is None or mask.dim() != 3:
+        return None
+    return _pair(attention_weights(q, k, mask.unsqueeze(1)), v)
+
+
+@CATALOGUE.entry("attention", "keys_values_swapped", "keys and values are swapped: the scores use k "
+                 "(q @ k^T) and the output uses v (weights @ v).")
+def _keys_values_swapped(q, k, v, mask=None, **_):
+    w = attention_weights(q, v, mask)           # raises, like the student's code, when d_v != d_k
+    return w @ k, w
+
+
+@CATALOGUE.entry("softmax", "softmax_ignores_dim", "the softmax is taken over the last dimension whatever `dim` "
+                 "says: reduce over `dim` (amax and sum with dim=dim, keepdim=True).")
+def _softmax_ignores_dim(x, dim=-1):
+    return torch.softmax(x, -1) if dim not in (-1, x.dim() - 1) else None
+
+
+@CATALOGUE.entry("softmax", "softmax_global_sum", "each entry is divided by the sum over the whole tensor; divide "
+                 "by the sum along `dim` only (keepdim=True).")
+def _softmax_global_sum(x, dim=-1):
+    e = torch.exp(x - x.amax())
+    return e / e.sum()
+
+
+def _finite_or_zero(y):
+    return torch.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@CATALOGUE.entry("softmax", "softmax_overflow", "exp of a large score overflows to inf (exp(710) in float64, "
+                 "exp(89) in float32), and inf / inf is NaN: subtract each slice's max before exp "
+                 "(softmax(x) == softmax(x - max)).")
+def _softmax_naive(x, dim=-1):
+    e = torch.exp(x)
+    return _finite_or_zero(e / e.sum(dim, keepdim=True))
+
+
+@CATALOGUE.entry("softmax", "softmax_global_max", "one max of the whole tensor is subtracted; subtract each "
+                 "slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global "
+                 "max underflow to 0.")
+def _softmax_global_max(x, dim=-1):
+    e = torch.exp(x - x.amax())
+    s = e.sum(dim, keepdim=True)
+    return torch.where(s > 0, e / s, torch.zeros_like(e))
+
+
+@CATALOGUE.entry("softmax", "softmax_sum_wrong_dim", "the max is taken along `dim` but the sum along the last "
+                 "dimension: every reduction must use dim=dim.")
+def _softmax_sum_last(x, dim=-1):
+    if dim in (-1, x.dim() - 1):
+        return None
+    e = torch.exp(x - x.amax(dim, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def output_not_from_weights(out, w, v):
+    """A probe: the output is not `weights @ v` for the weights the student returned (compared at the
+    output's own precision)."""
+    if isinstance(w, torch.Tensor) and isinstance(out, torch.Tensor) and w.shape[-1] == v.shape[-2]:
+        atol = 1e-6 if out.dtype == torch.float32 else 1e-9
+        try:
+            if not torch.allclose(out.to(torch.float64), (w.to(torch.float64) @ v.to(torch.float64)), atol=atol):
+                return Mistake("output_not_from_weights", "the weights returned are not the ones the output "
+                               "was computed with: return the weights that made the output (after masking and "
+                               "dropout), and compute output = weights @ v.")
+        except RuntimeError:
+            return None
+    return None
+
+
+# ---- stand-ins: correct versions of the functions a failed group provides ------------------
+
+def _stand_in_softmax(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    s = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(s > 0, s, torch.ones_like(s))
+
+
+stand_ins("m1", softmax=_stand_in_softmax)
+
+
+# ---- inputs and calls ----------------------------------------------------------------------
+
+def shapes_text(*tensors):
+    return ", ".join(shape_str(t.shape) for t in tensors)
+
+
+def attention_inputs(t: Tester, lead, lq, lk, d_k, d_v, dtype=torch.float64, scale=1.0):
+    return (t.randn(*lead, lq, d_k, dtype=dtype, scale=scale), t.randn(*lead, lk, d_k, dtype=dtype, scale=scale),
+            t.randn(*lead, lk, d_v, dtype=dtype))
+
+
+def ragged_padding(t: Tester, batch, length, with_empty=False):
+    """Token ids with padding (id 0) at the end of each row, rows of different lengths."""
+    lengths = [length - (i % length) for i in range(batch)]
+    if with_empty:
+        lengths[-1] = 0
+    tokens = t.randint(1, 9, (batch, length))
+    for i, n in enumerate(lengths):
+        tokens[i, n:] = 0
+    return tokens
+
+
+def run_attention(t: Tester, q, k, v, mask=None, what=None, **kwargs):
+    """Call the student's attention and check the basic form of the result."""
+    args = (q, k, v) if mask is None else (q, k, v, mask)
+    reply = t.call(SDPA, *args, catalogue=(CATALOGUE, "attention"), **kwargs)
+    what = what or f"`{SDPA}` with q, k, v of shapes {shapes_text(q, k, v)}"
+    out, w = pair(t, reply["value"], q, k, v, what)
+    return out, w, what
+
+
+def pair(t: Tester, value, q, k, v, what):
+    """The (output, weights) pair, with a clear message when it is not one or is swapped."""
+    out, w = t.expect_pair(value, what)
+    out_shape, w_shape = (*q.shape[:-1], v.size(-1)), (*q.shape[:-1], k.size(-2))
+    if (isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and out_shape != w_shape
+            and tuple(out.shape) == w_shape and tuple(w.shape) == out_shape):
+        t.fail(f"{what} returned (weights, output): return them in the order (output, weights).",
+               "swapped_return", "it returns (weights, output); return them in the order (output, weights).")
+    return out, w
+
+
+def check_attention(t: Tester, q, k, v, mask=None, label="", atol=None, got=None):
+    """Weights, then output, against PyTorch; on a difference, the catalogue names the mistake."""
+    out, w, what = got or run_attention(t, q, k, v, mask)
+    what = what + (f" and {label}" if label else "")
+    exp_out, exp_w = expected_attention(q, k, v, mask)
+    tried = functools.cache(lambda: CATALOGUE.tried("attention", q, k, v, mask))
+    shape_hint = ""
+    if not (isinstance(out, torch.Tensor) and out.shape[-1:] == v.shape[-1:]):
+        shape_hint = " The output takes its last dimension from v: output = weights @ v."
+    try:
+        t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
+        t.expect_tensor(out, f"The output from {what}", shape=exp_out.shape)
+    except CheckFailed as e:
+        mistake = next((m for m, (o, ww) in tried() if tuple(ww.shape) == tuple(w.shape) and
+                        tuple(o.shape) == tuple(out.shape)), None) if isinstance(w, torch.Tensor) \
+            and isinstance(out, torch.Tensor) else None
+        if mistake is not None:
+            raise CheckFailed(f"{e}{shape_hint} Likely cause: {mistake.text}", mistake.id, mistake.text) from None
+        raise CheckFailed(f"{e}{shape_hint}") from None
+    t.expect_close(w, exp_w, f"The weights from {what}", lambda: [(m, p[1]) for m, p in tried()], atol=atol)
+    t.expect_close(out, exp_out, f"The output from {what}", lambda: [(m, p[0]) for m, p in tried()], atol=atol,
+                   probes=[lambda: output_not_from_weights(out, w, v)])
+
+
+# ---- groups ------------------------------------------------------------------------------
+
+@group("m1", "softmax", provides=("softmax",))
+def softmax_values(t: Tester):
+    x = t.randn(3, 4, 5)
+    for dim in (-1, 1, 0):
+        got = t.call("softmax", x, dim=dim)["value"]
+        t.expect_close(got, torch.softmax(x, dim), f"`softmax(x, dim={dim})` for x of shape [3, 4, 5]",
+                       lambda: CATALOGUE.tried("softmax", x, dim))
+    got = t.call("softmax", x)["value"]
+    t.expect_close(got, torch.softmax(x, -1), "`softmax(x)` with the default dim", lambda: CATALOGUE.tried("softmax", x))
+    blocked = torch.tensor([[0.5, float("-inf"), 1.5, float("-inf")],
+                            [float("-inf")] * 4], dtype=torch.float64)
+    got = t.call("softmax", blocked, dim=-1)["value"]
+    got = t.expect_tensor(got, "`softmax` of rows containing -inf", shape=blocked.shape)
+    if torch.isnan(got).any():
+        t.fail("`softmax` of a row that is entirely -inf gives NaN; it must give zeros (there is nothing to "
+               "attend to). Guard the max you subtract, and the sum you divide by, for such rows.",
+               "softmax_nan_blocked_row")
+    t.expect_close(got, torch.nan_to_num(torch.softmax(blocked, -1), nan=0.0),
+                   "`softmax` of [[0.5, -inf, 1.5, -inf], [-inf, -inf, -inf, -inf]]")
+    x32 = t.randn(2, 5, dtype=torch.float32)
+    got = t.call("softmax", x32)["value"]
+    t.expect_close(got, torch.softmax(x32, -1), "`softmax` of a float32 tensor [2, 5]")
+    if got.dtype != torch.float32:
+        t.fail(f"`softmax` of a float32 tensor returns {describe(got)}: keep the input's dtype (a float64 tensor "
+               f"created inside, or .double(), changes it).", "dtype_changed")
+
+
+@group("m1", "mask_helpers", provides=("padding_mask", "causal_mask"))
+def mask_helpers(t: Tester):
+    for pad_id in (0, 3):
+        tokens = t.randint(0, 9, (3, 6))                 # real tokens above and below pad_id
+        tokens[tokens == pad_id] = 8
+        tokens[0, :2] = torch.tensor([1, 7])
+        tokens[0, 4:] = pad_id
+        tokens[1, 1:] = pad_id
+        got = t.call("padding_mask", tokens, pad_id)["value"]
+        what = f"`padding_mask(tokens, pad_id={pad_id})` for tokens of shape [3, 6]"
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6):
+            t.fail(f"{what} has shape [3, 6]; it should be [3, 1, 6]: add the query dimension of size 1 "
+                   f"((tokens != pad_id).unsqueeze(1)) so the mask broadcasts over the queries.",
+                   "padding_mask_no_query_dim")
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6, 1):
+            t.fail(f"{what} has shape [3, 6, 1]; it should be [3, 1, 6]. With the size-1 dimension last it "
+                   f"masks queries, not keys: use .unsqueeze(1).", "padding_mask_on_queries")
+        got = t.expect_tensor(got, what, shape=(3, 1, 6))
+        if got.dtype != torch.bool:
+            t.fail(f"{what} has dtype {str(got.dtype).replace('torch.', '')}; masks are bool (True = may attend).",
+                   "mask_not_bool")
+        want = (tokens != pad_id).unsqueeze(1)
+        if torch.equal(got, ~want):
+            t.fail(f"{what} is inverted: it must be True where the token is real (tokens != pad_id).",
+                   "padding_mask_inverted")
+        for wrong in ((tokens > pad_id), (tokens >= pad_id), (tokens < pad_id)):
+            if torch.equal(got, wrong.unsqueeze(1)) and not torch.equal(got, want):
+                t.fail(f"{what} compares the ids with <, > or >=: a token id below (or above) pad_id is a real "
+                       f"token too. Use tokens != pad_id.", "padding_compare")
+        if not torch.equal(got, want):
+            t.fail(f"{what} gives the wrong values: expected True exactly where tokens != pad_id.")
+    for size in (1, 5):
+        what = f"`causal_mask({size})`"
+        got = t.expect_tensor(t.call("causal_mask", size)["value"], what, shape=(size, size))
+        if got.dtype != torch.bool:
+            t.fail(f"{what} has dtype {str(got.dtype).replace('torch.', '')}; masks are bool (True = may "
+                   f"attend): build it from torch.ones(size, size, dtype=torch.bool).", "mask_not_bool")
+        want = torch.ones(size, size, dtype=torch.bool).tril()
+        if not torch.equal(got, want):
+            if torch.equal(got, want.T):
+                t.fail(f"{what} is transposed: row i (a query) may attend to keys j <= i, so True must be "
+                       f"on and below the diagonal (tril), not above it.", "causal_transposed")
+            if torch.equal(got, want.tril(-1)):
+                t.fail(f"{what} leaves out the diagonal: a position may attend to itself (j <= i).",
+                       "causal_no_diagonal")
+            if torch.equal(got, ~want):
+                t.fail(f"{what} is inverted: True must mean 'may attend' (on and below the diagonal).",
+                       "causal_inverted")
+            t.fail(f"{what} gives the wrong values: expected True on and below the diagonal.")
+    got = t.call("causal_mask", 3, device="cpu")["value"]
+    t.expect_tensor(got, "`causal_mask(3, device='cpu')`", shape=(3, 3), dtype=torch.bool)
+    # The "meta" device needs no GPU: a mask created where asked comes back as a meta tensor.
+    got = t.call("causal_mask", 3, device="meta")["value"]
+    if isinstance(got, torch.Tensor):
+        t.fail("`causal_mask(3, device='meta')` returned a tensor on the CPU: create the mask on the "
+               "`device` you are given (torch.ones(..., device=device)), or models on a GPU will fail.",
+               "causal_ignores_device")
+    if not (isinstance(got, dict) and got.get("__object__") == "Tensor on meta"):
+        t.fail(f"`causal_mask(3, device='meta')` should return a tensor on that device, but returned "
+               f"{describe(got)}.")
+
+
+@group("m1", "shapes", depends=ATTENTION_GROUPS)
+def shapes(t: Tester):
+    cases = [((), 5, 7, 4, 6), ((3,), 5, 7, 4, 3), ((3, 2), 5, 7, 4, 6), ((2, 3, 2), 1, 4, 8, 2)]
+    for lead, lq, lk, d_k, d_v in cases:
+        q, k, v = attention_inputs(t, lead, lq, lk, d_k, d_v)
+        check_attention(t, q, k, v)
+
+
+@group("m1", "masking", depends=ATTENTION_GROUPS)
+def masking(t: Tester):
+    B, H, Lq, Lk, d_k, d_v = 3, 2, 5, 7, 4, 6
+    # Padding on 3-D inputs: the mask [B, 1, Lk] from padding_mask broadcasts over queries.
+    q, k, v = attention_inputs(t, (B,), Lq, Lk, d_k, d_v)
+    pad = ragged_padding(t, B, Lk) != 0
+    cases = [(q, k, v, pad.unsqueeze(1), "a padding mask [3, 1, 7]")]
+    # Causal on 4-D inputs, square.
+    q4, k4, v4 = attention_inputs(t, (B, H), 6, 6, d_k, d_v)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    cases.append((q4, k4, v4, causal, "a causal mask [6, 6]"))
+    # Padding and causal combined, with one sequence that is all padding (its rows are fully masked).
+    tokens = ragged_padding(t, B, 6, with_empty=True)
+    combined = (tokens != 0)[:, None, None, :] & causal          # [B, 1, 6, 6]
+    cases.append((q4, k4, v4, combined, "a combined padding and causal mask [3, 1, 6, 6] "
+                  "(the last sequence is all padding)"))
+    # A general random mask on 4-D inputs with Lq != Lk, including one fully masked query row.
+    rand = t.rand_bool(B, H, Lq, Lk)
+    rand[0, 1, 2] = False
+    q5, k5, v5 = attention_inputs(t, (B, H), Lq, Lk, d_k, d_v)
+    cases.append((q5, k5, v5, rand, "a random mask [3, 2, 5, 7] with a fully masked query row"))
+    # One mask per head [H, Lq, Lk], shared by the batch: plain broadcasting, no unsqueeze needed.
+    per_head = t.rand_bool(H, Lq, Lk)
+    per_head[..., 0] = True
+    cases.append((q5, k5, v5, per_head, "a per-head mask [2, 5, 7] (it broadcasts over the batch)"))
+    for q_, k_, v_, mask, label in cases:
+        got = run_attention(t, q_, k_, v_, mask)
+        out, w, what = got
+        if isinstance(w, torch.Tensor) and torch.isnan(w).any():
+            t.fail(f"The weights from {what} and {label} contain NaN. A query row whose keys are all masked "
+                   f"must get all-zero weights (and a zero output), as in F.scaled_dot_product_attention.",
+                   "nan_blocked_row")
+        check_attention(t, q_, k_, v_, mask, label, got=got)
+
+
+@group("m1", "parity", depends=ATTENTION_GROUPS)
+def parity(t: Tester):
+    q, k, v = attention_inputs(t, (3, 2), 5, 7, 4, 6)
+    check_attention(t, q, k, v, label="no mask (float64)")
+    mask = t.rand_bool(3, 1, 5, 7, p=0.8)
+    mask[..., 0] = True
+    check_attention(t, q, k, v, mask, "a random mask [3, 1, 5, 7] (float64)")
+    q, k, v = attention_inputs(t, (4,), 6, 6, 8, 8)
+    check_attention(t, q, k, v, label="square shapes (float64)")
+    q, k, v = attention_inputs(t, (3, 2), 5, 7, 4, 6, dtype=torch.float32)
+    check_attention(t, q, k, v, mask, "a random mask (float32)")
+
+
+@group("m1", "stability", depends=ATTENTION_GROUPS)
+def stability(t: Tester):
+    overflow = ("exp of a large score overflows to inf (exp(710) in float64, exp(89) in float32): subtract "
+                "each slice's max before exp (softmax(x) == softmax(x - max)).")
+    # Rows whose maxima are 10 apart: a correct softmax and a global-max shift both pass; a global sum does not.
+    near = t.randn(2, 6) + torch.tensor([[0.0], [10.0]], dtype=torch.float64)
+    got = t.call("softmax", near)["value"]
+    t.expect_close(got, torch.softmax(near, -1), "`softmax` of rows whose largest entries are 10 apart",
+                   lambda: CATALOGUE.tried("softmax", near))
+    # Mistakes that would have failed that probe are not candidates below (evidence, not guesswork).
+    ruled_out = {m.id for m, v in CATALOGUE.tried("softmax", near) if not t.close(v, torch.softmax(near, -1))}
+    x = t.randn(2, 6, scale=1e4)
+    got = t.expect_tensor(t.call("softmax", x)["value"], "`softmax` of logits around 1e4", shape=x.shape)
+    if not torch.isfinite(got).all():
+        t.fail(f"`softmax` of logits around 1e4 gives inf or NaN. Likely cause: {overflow}", "softmax_overflow")
+    t.expect_close(got, torch.softmax(x, -1), "`softmax` of logits around 1e4",
+                   lambda: [(m, v) for m, v in CATALOGUE.tried("softmax", x) if m.id not in ruled_out])
+    x32 = t.randn(2, 6, dtype=torch.float32, scale=300.0)
+    got = t.expect_tensor(t.call("softmax", x32)["value"], "`softmax` of float32 logits around 300", shape=x32.shape)
+    if not torch.isfinite(got).all():
+        t.fail(f"`softmax` of float32 logits around 300 gives inf or NaN. Likely cause: {overflow}",
+               "softmax_overflow")
+    t.expect_close(got, torch.softmax(x32, -1), "`softmax` of float32 logits around 300",
+                   lambda: CATALOGUE.tried("softmax", x32))
+    q, k, v = attention_inputs(t, (2,), 4, 5, 4, 3, scale=100.0)     # scores around 1e4
+    got = run_attention(t, q, k, v)
+    for name, value in (("output", got[0]), ("weights", got[1])):
+        value = t.expect_tensor(value, f"The {name} from {got[2]}")
+        if not torch.isfinite(value).all():
+            t.fail(f"The {name} from attention with scores around 1e4 contain inf or NaN: attention must use "
+                   f"a softmax that subtracts the max.", "softmax_overflow")
+    # Weights are nearly one-hot here, so only overflow is judged; exact values are parity's job.
+    check_attention(t, q, k, v, label="scores around 1e4", atol=1e-6, got=got)
+
+
+@group("m1", "gradients", depends=ATTENTION_GROUPS)
+def gradients(t: Tester):
+    B, H, Lq, Lk = 2, 2, 5, 7
+    q, k, v = attention_inputs(t, (B, H), Lq, Lk, 4, 6)
+    mask = t.rand_bool(B, 1, Lq, Lk, p=0.75)
+    mask[..., 0] = True
+    g = t.randn(B, H, Lq, 6)
+    reply = t.call(SDPA, q, k, v, mask, grad_args=[0, 1, 2], backward=[g, None], catalogue=(CATALOGUE, "attention"))
+    pair(t, reply["value"], q, k, v, f"`{SDPA}`")
+    if reply.get("grads") is None:
+        t.fail(f"No gradient reached q, k and v: {reply.get('grad_problem')}. Build the output with torch "
+               f"operations only (no .detach(), .item(), .numpy() or torch.no_grad()).", "graph_cut")
+    want = _grads(expected_attention, (q, k, v), mask, g)
+    tried = functools.cache(lambda: [(m, _grads(fn, (q, k, v), mask, g)) for m, fn in CATALOGUE.entries["attention"]])
+    for i, (name, got) in enumerate(zip("qkv", reply["grads"])):
+        if got is None:
+            t.fail(f"No gradient reached `{name}`: the path from {name} to the output is cut somewhere (.detach(), "
+                   f".data, torch.no_grad(), .item() or .numpy() between them).", "graph_cut")
+        t.expect_close(got, want[i], f"The gradient of the attention output with respect to {name}",
+                       lambda i=i: [(m, gr[i]) for m, gr in tried() if gr is not None])
+
+
+def _grads(fn, inputs, mask, g):
+    """Gradients of fn(q, k, v, mask)[0] (the output) with respect to q, k, v; None where fn does not apply."""
+    leaves = [x.clone().requires_grad_(True) for x in inputs]
+    try:
+        result = fn(*leaves, mask)
+    except Exception:
+        return None
+    if result is None or not result[0].requires_grad or result[0].shape != g.shape:
+        return None
+    return torch.autograd.grad(result[0], leaves, g, allow_unused=True)
+
+
+# The most tensor operations a loop-free version needs at the base sizes below (the reference and the correct
+# variants of the tests use at most a third of these).
+LOOP_LIMITS = {"softmax": 32, SDPA: 50}
+
+
+@group("m1", "vectorization", depends=ATTENTION_GROUPS, style=True, observes=True)
+def vectorization(t: Tester):
+    def softmax_ops(shape):
+        x = t.randn(*shape)
+        reply = t.call("softmax", x, record=True)
+        t.works(reply["value"], torch.softmax(x, -1), "`softmax`")
+        return reply["record"]["op_count"]
+
+    def attention_ops(lead, lq, lk):
+        q, k, v = attention_inputs(t, lead, lq, lk, 4, 3)
+        mask = torch.ones(*lead[:1], 1, lq, lk, dtype=torch.bool)
+        reply = t.call(SDPA, q, k, v, mask, record=True)
+        t.works(t.expect_pair(reply["value"], f"`{SDPA}`")[0], expected_attention(q, k, v, mask)[0], f"`{SDPA}`")
+        return reply["record"]["op_count"]
+
+    # softmax first: attention calls it, so a loop there would otherwise be blamed on attention. The grown
+    # sizes are drawn (seeded) beyond any small constant, so a loop padded to a fixed count is seen too.
+    n, m = t.grown(2, 9, 25), t.grown(4, 9, 33)
+    t.expect_constant_ops({"base": softmax_ops((2, 3, 4)),
+                           f"the first dimension grew from 2 to {n}": softmax_ops((n, 3, 4)),
+                           f"the softmax dimension grew from 4 to {m}": softmax_ops((2, 3, m))},
+                          "base size", "softmax", "Use reductions with keepdim=True (amax, sum) instead.",
+                          limit=LOOP_LIMITS["softmax"])
+    b, h, lq, lk = t.grown(2, 9, 25), t.grown(2, 5, 13), t.grown(3, 7, 21), t.grown(4, 9, 25)
+    t.expect_constant_ops({"base": attention_ops((2, 2), 3, 4),
+                           f"the batch grew from 2 to {b}": attention_ops((b, 2), 3, 4),
+                           f"the number of heads grew from 2 to {h}": attention_ops((2, h), 3, 4),
+                           f"the query length grew from 3 to {lq}": attention_ops((2, 2), lq, 4),
+                           f"the key length grew from 4 to {lk}": attention_ops((2, 2), 3, lk)},
+                          "base size", SDPA, "Use batched operations (q @ k.transpose(-2, -1), weights @ v) "
+                          "that handle every leading dimension at once.", limit=LOOP_LIMITS[SDPA])
+
+
+@group("m1", "from_scratch", depends=ATTENTION_GROUPS, style=True, observes=True)
+def from_scratch(t: Tester):
+    q, k, v = attention_inputs(t, (2,), 3, 4, 4, 3)
+    mask = torch.ones(2, 1, 4, dtype=torch.bool)
+    reply = t.call(SDPA, q, k, v, mask, record=True)
+    t.works(t.expect_pair(reply["value"], f"`{SDPA}`")[0], expected_attention(q, k, v, mask)[0], f"`{SDPA}`")
+    t.expect_allowed(reply["record"], SDPA)
+    x = t.randn(2, 5)
+    reply = t.call("softmax", x, record=True)
+    t.works(reply["value"], torch.softmax(x, -1), "`softmax`")
+    t.expect_allowed(reply["record"], "softmax")
+
+
+@group("m1", "dtype_inplace", depends=ATTENTION_GROUPS, style=True)
+def dtype_inplace(t: Tester):
+    q, k, v = attention_inputs(t, (2,), 3, 4, 4, 3, dtype=torch.float32)
+    mask = t.rand_bool(2, 1, 4)
+    mask[..., 0] = True
+    reply = t.call(SDPA, q, k, v, mask, return_args=True)
+    out, w = t.expect_pair(reply["value"], f"`{SDPA}`")
+    t.works(out, expected_attention(q, k, v, mask)[0], f"`{SDPA}` on float32 inputs")
+    for name, value in (("output", out), ("weights", w)):
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+            t.fail(f"The {name} for float32 inputs should be float32, but it is {describe(value)}: keep the "
+                   f"inputs' dtype (do not convert with .double() or create float64 tensors).", "dtype_changed")
+    for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, mask), reply["args_after"]):
+        if not torch.equal(before, after):
+            t.fail(f"`{SDPA}` changed its input `{name}` in place. Inputs must not be modified: use "
+                   f"out-of-place operations (masked_fill, not masked_fill_; x = x - m, not x -= m).",
+                   "input_modified")
+    x = t.randn(2, 5, dtype=torch.float32)
+    reply = t.call("softmax", x, return_args=True)
+    t.works(reply["value"], torch.softmax(x, -1), "`softmax` on float32 input")
+    if reply["value"].dtype != torch.float32:
+        t.fail(f"`softmax` of a float32 tensor returns {describe(reply['value'])}: keep the input's dtype.",
+               "dtype_changed")
+    if not torch.equal(reply["args_after"][0], x):
+        t.fail("`softmax` changed its input `x` in place (for example with x -= x.max() or x.exp_()). "
+               "Use out-of-place operations so the caller's tensor is left as it was.", "input_modified")
+
+
+@group("m1", "dropout", depends=ATTENTION_GROUPS)
+def dropout(t: Tester):
+    for p, dtype in ((0.5, torch.float64), (0.2, torch.float64), (0.3, torch.float32)):
+        check_dropout(t, p, dtype)
+    q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6)
+    out0, w0, what0 = run_attention(t, q, k, v, dropout_p=0.0, what=f"`{SDPA}(q, k, v, dropout_p=0.0)`")
+    check_attention(t, q, k, v, label="dropout_p=0.0", got=(out0, w0, what0))
+
+
+def check_dropout(t: Tester, p, dtype):
+    q, k, v = attention_inputs(t, (4, 2), 8, 8, 4, 6, dtype=dtype)   # 512 weights
+    exp_out, exp_w = expected_attention(q, k, v)
+    what = f"`{SDPA}(q, k, v, dropout_p={p})` ({str(dtype).replace('torch.', '')})"
+    out, w, what = run_attention(t, q, k, v, dropout_p=p, seed=5, what=what)
+    w = t.expect_tensor(w, f"The weights from {what}", shape=exp_w.shape)
+    t.expect_tensor(out, f"The output from {what}", shape=exp_out.shape)
+    for name, value in (("output", out), ("weights", w)):
+        if value.dtype != dtype:
+            t.fail(f"The {name} from {what} has dtype {str(value.dtype).replace('torch.', '')}: keep the inputs' "
+                   f"dtype (a dropout mask or tensor of another dtype changes it).", "dtype_changed")
+    # First: the weights returned must be those the output was made with (at the output's precision).
+    mistake = output_not_from_weights(out, w, v)
+    if mistake is not None:
+        t.fail(f"The output from {what} is not weights @ v for the weights it returns. Likely cause: "
+               f"{mistake.text}", mistake.id, mistake.text)
+    dropped = (w == 0)
+    share = dropped.double().mean().item()
+    if share == 0 and not t.close(w, exp_w) and torch.allclose(w.sum(-1).double(), torch.ones(w.shape[:-1],
+                                                                dtype=torch.float64), atol=1e-5):
+        t.fail(f"The weights from {what} still sum to 1 in every row and none is exactly 0, although they differ "
+               f"from the weights without dropout: dropout seems to act on the scores, before the softmax. Apply it "
+               f"to the weights, after the softmax.", "dropout_before_softmax")
+    if share == 0 and t.close(w, exp_w):
+        t.fail(f"{what} returns the weights without dropout: `dropout_p` is ignored. Drop each attention "
+               f"weight with probability dropout_p (torch.nn.functional.dropout(weights, p=dropout_p)).",
+               "dropout_ignored")
+    if abs(share - (1 - p)) < 0.1 and abs(share - p) > 0.15:
+        t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0: dropout_p is the probability of "
+               f"dropping a weight, not of keeping it.", "dropout_keep_probability")
+    if abs(share - p) > 0.15:
+        t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0; about {p:.0%} should be: "
+               f"drop each attention weight with probability dropout_p (for example with "
+               f"torch.nn.functional.dropout(weights, p=dropout_p)).")
+    kept = ~dropped
+    t.expect_close(w[kept].to(exp_w.dtype), exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
+        (Mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
+                 "so the expected output is unchanged (F.dropout does this)."), exp_w[kept]),
+        (Mistake("dropout_rescale_by_p", "the weights that survive dropout must be divided by (1 - dropout_p), "
+                 "the probability of keeping them, not by dropout_p."), exp_w[kept] / p)] + [
+        (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])

@@ -1,0 +1,479 @@
+"""Hidden checks for milestone 2: split/merge heads and MultiHeadAttention.
+
+The expected values come from torch.nn.MultiheadAttention(batch_first=True) loaded with the same
+weights as the student's four projections (in_proj = cat[w_q, w_k, w_v], out_proj = w_o). Its boolean
+masks mean the opposite of ours (True = blocked), so it receives ~mask, expanded per head.
+CATALOGUE recomputes what the known mistakes return; `split_heads` and `merge_heads` have stand-ins,
+so MultiHeadAttention is graded on its own merits when the student's helpers are wrong.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import nn
+
+from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
+from autograder.milestones.reference import merge_from_heads, mha_variant, split_into_heads
+from autograder.grading import diagnosis
+from autograder.grading.diagnosis import Catalogue, Mistake
+
+MHA = "MultiHeadAttention"
+PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
+HELPERS = ("split_merge",)           # what every MultiHeadAttention group depends on
+CATALOGUE = Catalogue("m2")
+
+
+def random_params(t: Tester, d_model: int, bias: bool = True, dtype=torch.float64) -> dict:
+    params = {}
+    for name in PROJECTIONS:
+        params[f"{name}.weight"] = t.randn(d_model, d_model, dtype=dtype, scale=d_model ** -0.5)
+        if bias:
+            params[f"{name}.bias"] = t.randn(d_model, dtype=dtype, scale=0.1)
+    return params
+
+
+def reference_mha(params, d_model, heads, query, key, value, mask=None, grad_output=None):
+    """(output, per-head weights, grads or None) from nn.MultiheadAttention.
+
+    grads: parameter name -> gradient, plus "query", "key", "value" -> input gradient.
+    """
+    if grad_output is not None:
+        query, key, value = (x.clone().requires_grad_(True) for x in (query, key, value))
+    bias = "w_q.bias" in params
+    mha = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True, dtype=query.dtype)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([params[f"{n}.weight"] for n in ("w_q", "w_k", "w_v")]))
+        mha.out_proj.weight.copy_(params["w_o.weight"])
+        if bias:
+            mha.in_proj_bias.copy_(torch.cat([params[f"{n}.bias"] for n in ("w_q", "w_k", "w_v")]))
+            mha.out_proj.bias.copy_(params["w_o.bias"])
+    attn_mask = None
+    if mask is not None:
+        B, Lq, Lk = query.size(0), query.size(1), key.size(1)
+        full = mask.expand(B, Lq, Lk)                                 # [Lq, Lk] or [B, 1|Lq, Lk]
+        attn_mask = (~full).repeat_interleave(heads, dim=0)          # [B*H, Lq, Lk], batch-major
+    # Grad mode on: keeps nn.MultiheadAttention off its fused fast path (see grading notes).
+    out, weights = mha(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+    grads = None
+    if grad_output is not None:
+        out.backward(grad_output)
+        d = d_model
+        g_in = mha.in_proj_weight.grad
+        grads = {"w_q.weight": g_in[:d], "w_k.weight": g_in[d:2 * d], "w_v.weight": g_in[2 * d:],
+                 "w_o.weight": mha.out_proj.weight.grad}
+        grads.update(query=query.grad, key=key.grad, value=value.grad)
+        if bias:
+            gb = mha.in_proj_bias.grad
+            grads.update({"w_q.bias": gb[:d], "w_k.bias": gb[d:2 * d], "w_v.bias": gb[2 * d:],
+                          "w_o.bias": mha.out_proj.bias.grad})
+    return out.detach(), weights.detach(), grads
+
+
+# ---- the catalogue: a small multi-head attention with one mistake switched on ----------------
+
+
+
+
+
+
+
+
+
+
+
+def _variant(mid, text, **deviation):
+    CATALOGUE.entry("mha", mid, text)(functools.partial(mha_variant, **deviation))
+
+
+_variant("split_plain_view", "split_heads views [B, L, d_model] straight as [B, H, L, d_k], which mixes "
+         "positions into heads: reshape to [B, L, H, d_k] first, then transpose(1, 2).", split="plain_view")
+_variant("split_interleaved", "head h must hold features h*d_k:(h+1)*d_k (contiguous blocks), not every H-th "
+         "feature: reshape to [B, L, H, d_k], not [B, L, d_k, H].", split="interleaved")
+_variant("merge_no_transpose", "merge_heads flattens [B, H, L, d_k] without moving the head dimension back after "
+         "the length: transpose(1, 2) first, then reshape to [B, L, H*d_k].", merge="no_transpose")
+_variant("no_output_projection", "the output projection w_o is never applied: return w_o(merge_heads(...)).",
+         output=False)
+_variant("key_from_query", "the keys are projected from the `query` input; keys come from `key`: "
+         "k = w_k(key).", k_from="query")
+_variant("key_with_w_q", "the keys go through w_q; each input has its own projection: k = w_k(key).",
+         k_with="w_q")
+_variant("value_from_key", "the values are projected from the `key` input; values come from `value`: "
+         "v = w_v(value).", v_from="key")
+_variant("value_with_w_k", "the values go through w_k instead of w_v (w_v is never used): v = w_v(value).",
+         v_with="w_k")
+_variant("keys_values_swapped", "keys and values are swapped: k = w_k(key) and v = w_v(value).",
+         k_from="value", v_from="key")
+_variant("mask_inverted", "the mask is inverted: our masks mean True = may attend (the opposite of "
+         "nn.MultiheadAttention's), so pass them on as they are.", invert=True)
+_variant("mask_no_head_dim", "a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) "
+         "before it meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.",
+         mask_how="none")
+_variant("mask_unsqueeze_always", "only 3-D masks need the head dimension: a 2-D causal mask [Lq, Lk] already "
+         "broadcasts, and unsqueeze(1) turns it into [Lq, 1, Lk], which lines the queries up with the heads.",
+         mask_how="always")
+_variant("mask_unsqueeze_last", "the head dimension goes at position 1 (mask.unsqueeze(1) -> [B, 1, Lq, Lk]), "
+         "not at the end.", mask_how="last")
+
+
+@CATALOGUE.entry("mha", "scaled_twice", "the queries are scaled by 1/sqrt(d_k) before attention, which already "
+                 "divides the scores by sqrt(d_k): scale once.")
+def _scaled_twice(params, heads, query, key, value, mask=None):
+    return mha_variant(params, heads, query, key, value, mask, extra_scale=1 / math.sqrt(query.size(-1) // heads))
+
+
+@CATALOGUE.entry("mha", "scaled_by_d_model", "the queries are scaled by 1/sqrt(d_model) before attention; "
+                 "attention already divides by sqrt(d_k), the width of one head.")
+def _scaled_by_d_model(params, heads, query, key, value, mask=None):
+    return mha_variant(params, heads, query, key, value, mask, extra_scale=1 / math.sqrt(query.size(-1)))
+
+
+def never_used(t: Tester, d_model, heads, query, key, value, mask, params, bias=True):
+    """A probe: a projection whose parameters get no gradient is not part of the output."""
+    def probe():
+        g = torch.ones(query.shape[:-1] + (d_model,), dtype=query.dtype)
+        try:
+            reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias, backward=[g])
+        except CheckFailed:
+            return None
+        grads = reply.get("param_grads") or {}
+        for name in PROJECTIONS:
+            g_w = grads.get(f"{name}.weight")
+            if f"{name}.weight" in grads and (g_w is None or not torch.is_tensor(g_w) or not g_w.abs().sum() > 0):
+                return Mistake(f"{name}_never_used", f"`{name}` is never used: its weights get no gradient, so "
+                               f"the output does not depend on them.")
+        return None
+    return probe
+
+
+# ---- stand-ins -------------------------------------------------------------------------------
+
+def _stand_in_split_heads(x, num_heads):
+    B, L, d_model = x.shape
+    return x.reshape(B, L, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def _stand_in_merge_heads(x):
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * d_k)
+
+
+stand_ins("m2", split_heads=_stand_in_split_heads, merge_heads=_stand_in_merge_heads)
+
+
+# ---- calls -----------------------------------------------------------------------------------
+
+def run_mha(t: Tester, d_model, heads, query, key, value, mask=None, *, params=None, train=False,
+            dropout=0.0, bias=True, calls=1, backward=None, record=False):
+    """Build and call the student's module. With `params`, an error it raises is matched against the
+    catalogue (the same inputs through each known mistake) to name its likely cause."""
+    kwargs = {"dropout": dropout, "bias": bias}
+    args = [query, key, value] + ([mask] if mask is not None else [])
+    crash = None
+    if params is not None:
+        def crash(reply):
+            return CATALOGUE.raising("mha", reply.get("type"), reply.get("message"), params, heads, query, key,
+                                     value, mask)
+    # Each call its own seed: dropout left on in eval mode then shows as two different outputs.
+    return t.module(MHA, (d_model, heads), kwargs, calls=[{"args": args, "seed": i} for i in range(calls)],
+                    params=params, train=train, attrs=("attn_weights",), backward=backward, record=record,
+                    dtype="float64" if query.dtype == torch.float64 else None, crash=crash)
+
+
+def mask_cases(t: Tester, B, Lq, Lk):
+    lengths = [Lk - i % (Lk - 1) for i in range(B)]
+    pad = torch.arange(Lk)[None, :] < torch.tensor(lengths)[:, None]          # [B, Lk]
+    cases = [(None, "no mask"), (pad[:, None, :], f"a padding mask [{B}, 1, {Lk}]")]
+    if Lq == Lk:
+        causal = torch.ones(Lq, Lk, dtype=torch.bool).tril()
+        cases += [(causal, f"a causal mask [{Lq}, {Lk}]"),
+                  (pad[:, None, :] & causal, f"a combined padding and causal mask [{B}, {Lq}, {Lk}]")]
+    return cases
+
+
+def describe_call(d_model, heads, query, key, label):
+    return (f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) on query {shape_str(query.shape)}, "
+            f"key/value {shape_str(key.shape)} with {label}")
+
+
+def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias=True):
+    params = random_params(t, d_model, bias, dtype=query.dtype)
+    tried = functools.cache(lambda: CATALOGUE.tried("mha", params, heads, query, key, value, mask))
+    what = describe_call(d_model, heads, query, key, label)
+    reply = run_mha(t, d_model, heads, query, key, value, mask, params=params, bias=bias)
+    want, want_w, _ = reference_mha(params, d_model, heads, query, key, value, mask)
+    got = reply["outputs"][0]
+    t.expect_tensor(got, f"The output of {what}", shape=want.shape)
+    probes = [never_used(t, d_model, heads, query, key, value, mask, params, bias)]
+    if not bias and any(n.endswith(".bias") for n in reply["params"]):
+        probes.insert(0, lambda: Mistake("bias_ignored", "`bias=False` must create the projections without a "
+                                         "bias: nn.Linear(d_model, d_model, bias=bias)."))
+    t.expect_close(got, want, f"The output of {what}", lambda: [(m, v[0]) for m, v in tried()], probes=probes)
+    return reply, want_w, what, tried
+
+
+def stored_weights(t: Tester, got, want_w, what):
+    """`self.attn_weights` must be the per-head weights [B, H, Lq, Lk]."""
+    if got is None:
+        t.fail("`self.attn_weights` is None after a forward pass: store the per-head weights "
+               "[B, H, Lq, Lk] (detached) in forward.", "weights_not_stored")
+    B, H, Lq, Lk = want_w.shape
+    if isinstance(got, torch.Tensor) and got.dim() == 4 and tuple(got.shape) != tuple(want_w.shape) \
+            and (got.shape[0], got.shape[2], got.shape[3]) == (B, Lq, Lk):
+        t.fail(f"`self.attn_weights` after {what} has {got.shape[1]} heads, but num_heads is {H}: the heads are "
+               f"split into the wrong number of pieces (split_heads takes num_heads, and d_k = d_model // "
+               f"num_heads).", "wrong_head_count")
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, Lq, Lk):
+        t.fail(f"`self.attn_weights` after {what} has shape {shape_str(got.shape)}: these look like weights "
+               f"averaged over heads (or of one head); keep every head: [B, H, Lq, Lk] = "
+               f"{shape_str(want_w.shape)}.", "weights_averaged",
+               "`self.attn_weights` must keep every head: [B, H, Lq, Lk], not an average over heads.")
+    return t.expect_tensor(got, f"`self.attn_weights` after {what}", shape=want_w.shape)
+
+
+# ---- groups ------------------------------------------------------------------------------
+
+@group("m2", "shapes", depends=HELPERS)
+def shapes(t: Tester):
+    for B, Lq, Lk, d_model, heads in ((3, 5, 5, 8, 2), (2, 4, 6, 8, 4), (3, 1, 7, 12, 3), (2, 3, 3, 8, 8),
+                                      (2, 5, 4, 6, 1)):
+        q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
+        params = random_params(t, d_model)
+        reply = run_mha(t, d_model, heads, q, k, v, params=params)
+        what = describe_call(d_model, heads, q, k, "no mask")
+        want, want_w, _ = reference_mha(params, d_model, heads, q, k, v)
+        stored_weights(t, reply["attrs"][0]["attn_weights"], want_w, what)      # the head layout first
+        t.expect_close(t.expect_tensor(reply["outputs"][0], f"The output of {what}", shape=want.shape), want,
+                       f"The output of {what}", lambda: [(m, val[0]) for m, val in
+                                                         CATALOGUE.tried("mha", params, heads, q, k, v)],
+                       probes=[never_used(t, d_model, heads, q, k, v, None, params)])
+    # Inputs must come back as they went in (a mask.unsqueeze_ would change the caller's mask).
+    q, kv = t.randn(3, 4, 8), t.randn(3, 6, 8)
+    for mask, label in ((torch.ones(3, 1, 6, dtype=torch.bool), "padding mask [3, 1, 6]"),
+                        (torch.ones(3, 4, 6, dtype=torch.bool), "mask [3, 4, 6]")):
+        try:
+            reply = run_mha(t, 8, 2, q, kv, kv, mask)
+        except CheckFailed:
+            continue   # a forward that cannot take this mask loses its points in parity, not here
+        for name, before, after in zip(("query", "key", "value", "mask"), (q, kv, kv, mask),
+                                       reply["args_after"][0]):
+            if not (isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)):
+                t.fail(f"`MultiHeadAttention.forward` changed its `{name}` argument in place (a {label} "
+                       f"came back as {describe(after)}). Leave inputs as they are: use mask.unsqueeze(1), "
+                       f"not mask.unsqueeze_(1).", "input_modified")
+
+
+@group("m2", "split_merge", provides=("split_heads", "merge_heads"))
+def split_merge(t: Tester):
+    B, L, H, d_k = 3, 5, 2, 4
+    x = t.randn(B, L, H * d_k)
+    want = x.reshape(B, L, H, d_k).transpose(1, 2)
+    got = t.call("split_heads", x, H)["value"]
+    t.expect_close(got, want, f"`split_heads(x, num_heads={H})` for x {shape_str(x.shape)}", [
+        (CATALOGUE.mistakes()["split_plain_view"], split_into_heads(x, H, "plain_view")),
+        (CATALOGUE.mistakes()["split_interleaved"], split_into_heads(x, H, "interleaved"))])
+    y = t.randn(B, H, L, d_k)
+    want = y.transpose(1, 2).reshape(B, L, H * d_k)
+    got = t.call("merge_heads", y)["value"]
+    t.expect_close(got, want, f"`merge_heads(x)` for x {shape_str(y.shape)}", [
+        (CATALOGUE.mistakes()["merge_no_transpose"], merge_from_heads(y, "no_transpose"))])
+    x = t.randn(2, 6, 12)
+    for heads in (1, 3, 4):
+        back = t.call("merge_heads", t.expect_tensor(t.call("split_heads", x, heads)["value"],
+                                                     f"`split_heads(x, {heads})`", shape=(2, heads, 6, 12 // heads)))
+        t.expect_close(back["value"], x, f"`merge_heads(split_heads(x, {heads}))` for x [2, 6, 12]")
+
+
+@group("m2", "parity", depends=HELPERS)
+def parity(t: Tester):
+    B, H, d_model = 3, 2, 8
+    L = 5
+    q = t.randn(B, L, d_model)
+    for mask, label in mask_cases(t, B, L, L):
+        check_parity(t, d_model, H, q, q, q, mask, f"{label} (self-attention, float64)")
+    q, kv = t.randn(B, 4, d_model), t.randn(B, 6, d_model)
+    v = t.randn(B, 6, d_model)
+    for mask, label in mask_cases(t, B, 4, 6):
+        check_parity(t, d_model, H, q, kv, v, mask, f"{label} (cross-attention, key != value, float64)")
+    check_parity(t, d_model, 4, q, kv, v, None, "no bias (float64)", bias=False)
+    q32, k32 = t.randn(B, L, d_model, dtype=torch.float32), t.randn(B, 6, d_model, dtype=torch.float32)
+    pad = torch.ones(B, 1, 6, dtype=torch.bool)
+    pad[0, :, 4:] = False
+    check_parity(t, d_model, H, q32, k32, k32, pad, "a padding mask (float32)")
+
+
+@group("m2", "head_weights", depends=HELPERS)
+def head_weights(t: Tester):
+    B, H, d_model, Lq, Lk = 3, 2, 8, 4, 6
+    q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
+    pad = torch.ones(B, 1, Lk, dtype=torch.bool)
+    pad[1, :, 3:] = False
+    params = random_params(t, d_model)
+    what = describe_call(d_model, H, q, k, "a padding mask")
+    reply = run_mha(t, d_model, H, q, k, v, pad, params=params)
+    _, want_w, _ = reference_mha(params, d_model, H, q, k, v, pad)
+    got = stored_weights(t, reply["attrs"][0]["attn_weights"], want_w, what)
+    # Only the weights are judged here (a mistake in the values or in w_o cannot change them).
+    t.expect_close(got, want_w, f"`self.attn_weights` after {what}",
+                   lambda: [(m, val[1]) for m, val in CATALOGUE.tried("mha", params, H, q, k, v, pad)])
+    g = t.randn(B, Lq, d_model)
+    reply = run_mha(t, d_model, H, q, k, v, pad, backward=[g])
+    if reply["attrs_require_grad"][0].get("attn_weights"):
+        t.fail("`self.attn_weights` is still attached to the autograd graph (requires_grad=True): store "
+               "weights.detach(), or every forward pass keeps its whole graph alive on the module.",
+               "weights_not_detached")
+
+
+@group("m2", "dropout", depends=HELPERS)
+def dropout(t: Tester):
+    B, H, d_model, L = 2, 2, 8, 6
+    q = t.randn(B, L, d_model)
+    params = random_params(t, d_model)
+    want, _, _ = reference_mha(params, d_model, H, q, q, q)
+    what = "MultiHeadAttention(d_model=8, num_heads=2, dropout=0.5)"
+    tried = lambda: [(m, val[0]) for m, val in CATALOGUE.tried("mha", params, H, q, q, q)]  # noqa: E731
+    plain = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, calls=2)["outputs"]
+    if all(isinstance(o, torch.Tensor) for o in plain) and not torch.equal(*plain):
+        t.fail("MultiHeadAttention(dropout=0.0) gives different outputs for the same input in eval mode, so "
+               "something random happens in forward besides dropout (a layer or tensor created inside forward?): "
+               "create every layer in __init__.", "random_forward")
+    ev = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, calls=2)
+    a, b = ev["outputs"]
+    t.expect_tensor(a, f"The output of {what} in eval mode", shape=want.shape)
+    if not torch.equal(a, b):
+        t.fail(f"{what} gives different outputs for the same input in eval mode: dropout must only act in "
+               f"training mode (pass dropout_p=self.dropout if self.training else 0.0).", "dropout_in_eval")
+    t.expect_close(a, want, f"The output of {what} in eval mode (dropout must be off)", tried)
+    tr = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, train=True)
+    out = t.expect_tensor(tr["outputs"][0], f"The output of {what} in training mode", shape=want.shape)
+    if torch.allclose(out, want, atol=1e-9):
+        t.fail(f"{what} in training mode gives exactly the eval result: attention dropout with p=0.5 should "
+               f"change the output while training (pass dropout_p to scaled_dot_product_attention).",
+               "dropout_never")
+    # Dropout belongs on the attention weights (the paper's "attention dropout"): with no mask, only
+    # dropout can make a weight exactly 0, and the weights kept are those attention used.
+    w = tr["attrs"][0]["attn_weights"]     # its shape and storage are head_weights' business
+    if isinstance(w, torch.Tensor) and not (w == 0).any():
+        t.fail(f"In training mode, {what} should drop attention weights (about half of them become 0), but "
+               f"`self.attn_weights` has no zeros: apply dropout to the attention weights (dropout_p of "
+               f"scaled_dot_product_attention), not to the output, and store the weights it returns.",
+               "dropout_not_on_weights")
+    tr0 = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, train=True)
+    w0 = tr0["attrs"][0]["attn_weights"]
+    if isinstance(w0, torch.Tensor) and (w0 == 0).double().mean().item() > 0.5:
+        t.fail("MultiHeadAttention(dropout=0.0) in training mode drops most attention weights: `dropout` is the "
+               "probability of dropping a weight; it seems to be passed as a keep probability (1 - dropout).",
+               "dropout_keep_probability")
+    t.expect_close(tr0["outputs"][0], want, "The output of MultiHeadAttention(dropout=0.0) in training mode", tried)
+
+
+@group("m2", "gradients", depends=HELPERS)
+def gradients(t: Tester):
+    B, H, d_model, Lq, Lk = 3, 2, 8, 4, 5
+    q, k, v = t.randn(B, Lq, d_model), t.randn(B, Lk, d_model), t.randn(B, Lk, d_model)
+    params = random_params(t, d_model)
+    g = t.randn(B, Lq, d_model)
+    reply = run_mha(t, d_model, H, q, k, v, params=params, backward=[g])
+    grads = reply.get("param_grads")
+    if grads is None:
+        t.fail(f"No gradient reached the projections: {reply.get('grad_problem')}.", "graph_cut")
+    _, _, want = reference_mha(params, d_model, H, q, k, v, grad_output=g)
+    t.expect_close(reply["outputs"][0], reference_mha(params, d_model, H, q, k, v)[0],
+                   f"The output of {describe_call(d_model, H, q, k, 'no mask')}",
+                   lambda: [(m, val[0]) for m, val in CATALOGUE.tried("mha", params, H, q, k, v)],
+                   probes=[never_used(t, d_model, H, q, k, v, None, params)])
+    inputs = dict(zip(("query", "key", "value"), reply.get("input_grads") or [None] * 3))
+    if all(g_ is None for g_ in inputs.values()):
+        t.fail("No gradient reaches the query, key or value inputs of forward: the computation is cut from them "
+               "(torch.no_grad(), .detach(), .data or .numpy() on the way).", "graph_cut")
+    for name in ("query", "key", "value"):
+        w = want.pop(name)
+        if inputs[name] is None:
+            t.fail(f"No gradient reached the `{name}` input of forward (cross-attention, key != value): "
+                   f"do not .detach() it or compute with it outside autograd.", "graph_cut")
+        t.expect_close(inputs[name], w, f"The gradient with respect to the `{name}` input")
+    for name, w in want.items():
+        got = grads.get(name)
+        if got is None:
+            t.fail(f"No gradient reached `{name}`: every projection (w_q, w_k, w_v, w_o) must be used in "
+                   f"forward, on the right input (w_q on query, w_k on key, w_v on value).", "graph_cut")
+        t.expect_close(got, w, f"The gradient of `{name}`")
+
+
+@group("m2", "vectorization", depends=HELPERS, style=True, observes=True)
+def vectorization(t: Tester):
+    def count(B, H, L, d_model=8):
+        q = t.randn(B, L, d_model)
+        mask = torch.ones(B, 1, L, dtype=torch.bool)
+        params = random_params(t, d_model)
+        reply = run_mha(t, d_model, H, q, q, q, mask, params=params, record=True)
+        t.works(reply["outputs"][0], reference_mha(params, d_model, H, q, q, q, mask)[0], f"`{MHA}`")
+        return reply["record"]["op_count"]
+
+    b, h, n = t.grown(2, 9, 25), t.grown(2, 5, 13), t.grown(3, 9, 25)       # beyond any small padded count
+    t.expect_constant_ops({"base": count(2, 2, 3), f"the batch grew from 2 to {b}": count(b, 2, 3),
+                           f"the number of heads grew from 2 to {h}": count(2, h, 3, d_model=2 * h),
+                           f"the sequence length grew from 3 to {n}": count(2, 2, n)},
+                          "base size", "MultiHeadAttention.forward", "Split the heads into a [B, H, L, d_k] "
+                          "tensor and call attention once for all of them.", limit=70)
+
+
+@group("m2", "from_scratch", depends=HELPERS, style=True, observes=True)
+def from_scratch(t: Tester):
+    q = t.randn(2, 3, 8)
+    params = random_params(t, 8)
+    reply = run_mha(t, 8, 2, q, q, q, params=params, record=True)
+    t.works(reply["outputs"][0], reference_mha(params, 8, 2, q, q, q)[0], f"`{MHA}`")
+    record = dict(reply["record"])
+    record["functions"] = record["functions"] + reply.get("submodules", [])
+    t.expect_allowed(record, MHA)
+
+
+@group("m2", "init_errors", depends=HELPERS, style=True)
+def init_errors(t: Tester):
+    for d_model, heads in ((8, 2), (12, 3), (6, 1)):
+        reply = t.module(MHA, (d_model, heads), allow_error=True)
+        if reply.get("kind") == "constructor" and reply.get("type") == "ValueError":
+            t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) raised ValueError: "
+                   f"{reply.get('message')}, but {d_model} is divisible by {heads}: raise only when "
+                   f"d_model % num_heads != 0.", "valid_config_rejected")
+        if reply.get("kind") == "constructor":
+            t.fail(f"Creating MultiHeadAttention(d_model={d_model}, num_heads={heads}) raised {reply.get('type')}: "
+                   f"{reply.get('message')}" + (f" Likely cause: {m.text}" if (m := diagnosis.error_cause(
+                       reply.get("message"))) else ""), m.id if m else None)
+    for d_model, heads in ((10, 3), (8, 3)):
+        reply = t.module(MHA, (d_model, heads), allow_error=True)
+        if reply.get("ok"):
+            t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError "
+                   f"(d_model is not divisible by num_heads), but it was created without complaint.",
+                   "no_divisibility_check")
+        if reply.get("kind") == "not_implemented":
+            t.fail("`MultiHeadAttention.__init__` is not implemented yet (it raises NotImplementedError).")
+        if reply.get("type") != "ValueError":
+            t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError, "
+                   f"but it raised {reply.get('type')}: {reply.get('message')}", "wrong_exception")
+        if str(d_model) not in str(reply.get("message")) or str(heads) not in str(reply.get("message")):
+            t.fail(f"The ValueError of MultiHeadAttention(d_model={d_model}, num_heads={heads}) should give both "
+                   f"numbers, so the caller sees what to change; it says: {reply.get('message')!r}.",
+                   "error_without_numbers")
+    for bias in (True, False):
+        reply = t.module(MHA, (8, 2), {"bias": bias})
+        names = {f"{p}.weight" for p in PROJECTIONS} | ({f"{p}.bias" for p in PROJECTIONS} if bias else set())
+        got = set(reply["params"])
+        missing = names - got
+        extra_bias = {n for n in got - names if not bias and n.startswith("w_") and n.endswith(".bias")}
+        if missing or extra_bias:
+            t.fail(f"MultiHeadAttention(8, 2, bias={bias}) should have the parameters "
+                   f"{', '.join(sorted(names))}; it has {', '.join(sorted(got)) or 'none'}. Use four "
+                   f"nn.Linear(d_model, d_model, bias=bias) named w_q, w_k, w_v, w_o.",
+                   "bias_ignored" if extra_bias else "parameter_names")
+        for name in sorted(names):
+            value = reply["params"][name]
+            want = (8, 8) if name.endswith("weight") else (8,)
+            t.expect_tensor(value, f"Parameter `{name}`", shape=want)
+    # Points for the constructor's rules only when the module itself works.
+    q = t.randn(2, 3, 8)
+    params = random_params(t, 8)
+    reply = run_mha(t, 8, 2, q, q, q, params=params)
+    t.works(reply["outputs"][0], reference_mha(params, 8, 2, q, q, q)[0], f"`{MHA}`")

@@ -1,0 +1,637 @@
+"""Hidden checks for milestone 3: LayerNorm, FeedForward, EncoderLayer, DecoderLayer (post-LN and pre-LN).
+
+Expected values come from PyTorch's own modules (nn.LayerNorm, nn.TransformerEncoderLayer/DecoderLayer,
+batch_first=True) loaded with the same, random weights: every norm too, so that a swapped or skipped
+sub-layer cannot hide. CATALOGUE is a small functional re-implementation of the layers with one known
+mistake switched on at a time. LayerNorm and FeedForward have stand-ins, so the layers are graded on
+their own merits when the student's parts are wrong (MultiHeadAttention is milestone 2's reference).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.grading.checks import Tester, group, shape_str, stand_ins
+from autograder.milestones.reference import (
+    HEADS, feed_forward_fn, layer_fn, layer_norm_fn, layer_params, ragged_masks, sub_params, torch_layer,
+    torch_mask)
+from autograder.grading.diagnosis import Catalogue, Mistake
+
+PARTS = ("layer_norm", "feed_forward")        # what every layer group depends on
+CATALOGUE = Catalogue("m3")
+
+
+
+
+
+# ---- weights ---------------------------------------------------------------------------------
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, grad=None):
+    """(output, grads or None) of PyTorch's layer; grads: parameter name (ours) -> gradient, and "x", "memory"."""
+    decoder = memory is not None
+    layer = torch_layer(p, d, d_ff, decoder, norm_first, activation, x.dtype)
+    B, L = x.shape[:2]
+    if grad is not None:
+        x = x.clone().requires_grad_(True)
+        memory = memory.clone().requires_grad_(True) if decoder else None
+    if decoder:
+        out = layer(x, memory, tgt_mask=torch_mask(tgt_mask, B, L, L),
+                    memory_mask=torch_mask(src_mask, B, L, memory.size(1)))
+    else:
+        out = layer(x, src_mask=torch_mask(src_mask, B, L, L))
+    if grad is None:
+        return out.detach(), None
+    out.backward(grad)
+    grads = {"x": x.grad}
+    if decoder:
+        grads["memory"] = memory.grad
+    theirs = dict(layer.named_parameters())
+    for att, mine in (("self_attn", "self_attn"), ("multihead_attn", "cross_attn")):
+        if f"{att}.in_proj_weight" not in theirs or (mine == "cross_attn" and not decoder):
+            continue
+        gw, gb = theirs[f"{att}.in_proj_weight"].grad, theirs[f"{att}.in_proj_bias"].grad
+        for i, proj in enumerate(("w_q", "w_k", "w_v")):
+            grads[f"{mine}.{proj}.weight"] = gw[i * d:(i + 1) * d]
+            grads[f"{mine}.{proj}.bias"] = gb[i * d:(i + 1) * d]
+        grads[f"{mine}.w_o.weight"] = theirs[f"{att}.out_proj.weight"].grad
+        grads[f"{mine}.w_o.bias"] = theirs[f"{att}.out_proj.bias"].grad
+    for name in ("linear1", "linear2"):
+        grads[f"feed_forward.{name}.weight"] = theirs[f"{name}.weight"].grad
+        grads[f"feed_forward.{name}.bias"] = theirs[f"{name}.bias"].grad
+    for n in range(1, 4 if decoder else 3):
+        grads[f"norm{n}.weight"] = theirs[f"norm{n}.weight"].grad
+        grads[f"norm{n}.bias"] = theirs[f"norm{n}.bias"].grad
+    return out.detach(), grads
+
+
+# ---- the catalogue: the layers written out, with one known mistake at a time ------------------
+
+
+LN_MISTAKES = {
+    "unbiased_variance": ("the variance is the unbiased one (divided by d_model - 1); LayerNorm uses the "
+                          "biased variance: ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False).",
+                          {"unbiased": True}),
+    "eps_outside_sqrt": ("eps is added outside the square root (std + eps); it belongs inside: "
+                         "(x - mean) / sqrt(var + eps). The difference is tiny at unit scale but large when "
+                         "the features vary little.", {"eps_outside": True}),
+    "normalises_last_two_dims": ("the statistics run over the last two dimensions; LayerNorm normalises each "
+                                 "position's features only: mean and variance over dim=-1.", {"dims": (-2, -1)}),
+    "normalises_dim_1": ("the statistics run over dim 1; they must run over the last dimension (dim=-1), "
+                         "whatever the number of leading dimensions.", {"dims": (1,)}),
+    "normalises_whole_tensor": ("one mean and variance are taken over the whole tensor; each position needs its "
+                                "own, over its features: mean and variance over dim=-1 (keepdim=True).",
+                                {"dims": "all"}),
+    "weight_bias_swapped": ("weight and bias are swapped: y = x_hat * weight + bias.", {"affine": "swapped"}),
+    "affine_ignored": ("the learned weight and bias are not applied: y = x_hat * weight + bias.",
+                       {"affine": "none"}),
+}
+for _id, (_text, _dev) in LN_MISTAKES.items():
+    CATALOGUE.entry("layer_norm", _id, _text)(
+        lambda x, w, b, _dev=_dev: layer_norm_fn(x, w, b, **_dev) if _dev.get("dims") == "all" or max(
+            map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
+
+
+FF_MISTAKES = {
+    "ffn_no_activation": ("the activation is missing: linear2(dropout(activation(linear1(x)))).", {"no_act": True}),
+    "ffn_activation_after_linear2": ("the activation is applied after linear2; it goes between the two linear "
+                                     "layers: linear2(dropout(activation(linear1(x)))).", {"act_after": True}),
+    "ffn_tanh_gelu": ("this is the tanh approximation of GELU; use the exact one: F.gelu(h) (approximate='none').",
+                      {"tanh_gelu": True}),
+    "ffn_activation_ignored": ("the `activation` argument is not followed (relu and gelu are swapped or one is "
+                               "always used).", {"act_swap": True}),
+}
+for _id, (_text, _dev) in FF_MISTAKES.items():
+    CATALOGUE.entry("feed_forward", _id, _text)(lambda p, x, activation, _dev=_dev: feed_forward_fn(p, x, activation, **_dev))
+
+
+
+
+
+LAYER_MISTAKES = {
+    "pre_ln_residual_from_norm": ("in pre-LN the residual must be the un-normalised stream: x = x + "
+                                  "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": True}, "pre"),
+    # the same mistake, made in the first sub-layer only (registered under the same id)
+    "pre_ln_residual_from_norm ": ("in pre-LN the residual must be the un-normalised stream: x = x + "
+                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": "first"}, "pre"),
+    "post_ln_norm_on_branch": ("in post-LN the norm comes after the residual add: x = norm(x + drop(sublayer(x))), "
+                               "not x + norm(sublayer(x)).", {"norm_on_branch": True}, "post"),
+    "norm_first_ignored": ("norm_first is not followed: norm_first=True is pre-LN (normalise before each "
+                           "sub-layer), False is post-LN (normalise after the residual add).", {"invert": True}, None),
+    "src_mask_ignored": ("src_mask is not passed on: the attention to the source must get it "
+                         "(encoder: self_attn(..., src_mask); decoder: cross_attn(..., src_mask)).",
+                         {"src_mask_ignored": True}, None),
+    "norms_swapped": ("two norms are swapped: each sub-layer has its own norm (encoder: norm1 attention, norm2 "
+                      "feed-forward; decoder: norm1 self-attention, norm2 cross-attention, norm3 feed-forward).",
+                      {"swap_norms": True}, None),
+}
+DECODER_MISTAKES = {
+    "cross_kv_from_decoder": ("the cross-attention takes its keys and values from the decoder; they come from the "
+                              "encoder output: cross_attn(x, memory, memory, src_mask).", {"cross_kv_from_x": True}),
+    "cross_q_from_memory": ("the cross-attention takes its queries from memory; queries come from the decoder "
+                            "stream: cross_attn(x, memory, memory, src_mask).", {"cross_q_from_memory": True}),
+    "decoder_masks_swapped": ("src_mask and tgt_mask are swapped: tgt_mask goes to the self-attention, src_mask to "
+                              "the cross-attention.", {"masks_swapped": True}),
+    "tgt_mask_ignored": ("the self-attention ignores tgt_mask, so the decoder sees future positions: "
+                         "self_attn(x, x, x, tgt_mask).", {"tgt_mask_ignored": True}),
+    "memory_normalised": ("memory is normalised inside the decoder layer; use it as it is: "
+                          "cross_attn(norm2(x), memory, memory, src_mask).", {"norm_memory": True}),
+    "tgt_mask_added": ("with tgt_mask=None the self-attention must see every position: a mask that is None means "
+                       "no mask (the caller passes the causal mask; none is added inside the layer).",
+                       {"auto_causal": True}),
+}
+
+
+def _register_layers():
+    for kind in ("encoder", "decoder"):
+        items = {k: (text, dev) for k, (text, dev, _) in LAYER_MISTAKES.items()}
+        if kind == "decoder":
+            items.update(DECODER_MISTAKES)
+        for mid, (text, dev) in items.items():
+            mode = LAYER_MISTAKES[mid][2] if mid in LAYER_MISTAKES else None
+
+            def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _dev=dev, _mode=mode):
+                if _mode == "pre" and not norm_first or _mode == "post" and norm_first:
+                    return None
+                return layer_fn(p, norm_first, activation, x, memory, src_mask, tgt_mask, **_dev)
+            CATALOGUE.entry(kind, mid.strip(), text)(fn)
+
+
+_register_layers()
+
+
+def never_used(grads: dict | None, names=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3")):
+    """A structural finding: a submodule whose parameters get no gradient is not part of the output."""
+    if not grads:
+        return None
+    for name in names:
+        mine = [g for k, g in grads.items() if k.startswith(name + ".")]
+        if mine and all(g is None or not torch.is_tensor(g) or not g.abs().sum() > 0 for g in mine):
+            return Mistake(f"{name}_never_used", f"`{name}` is never used: its parameters get no gradient, so the "
+                           f"output does not depend on them.")
+    return None
+
+
+# ---- stand-ins -------------------------------------------------------------------------------
+
+class _StandInLayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class _StandInFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
+        super().__init__()
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        self.act = F.relu if activation == "relu" else F.gelu
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.drop(self.act(self.linear1(x))))
+
+
+stand_ins("m3", LayerNorm=_StandInLayerNorm, FeedForward=_StandInFeedForward)
+
+
+# ---- running the student's layers ---------------------------------------------------------------
+
+
+def run_layer(t: Tester, p, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, *,
+              dropout=0.0, train=False, calls=1, backward=None, record=False, attrs=()):
+    decoder = memory is not None
+    cls = "DecoderLayer" if decoder else "EncoderLayer"
+    args = [x, memory, src_mask, tgt_mask] if decoder else [x, src_mask]
+    kind = "decoder" if decoder else "encoder"
+
+    def crash(reply):
+        return CATALOGUE.raising(kind, reply.get("type"), reply.get("message"), p, norm_first, activation, x,
+                                 memory, src_mask, tgt_mask) if p is not None else None
+    return t.module(cls, (d, HEADS, d_ff), {"dropout": dropout, "activation": activation, "norm_first": norm_first},
+                    calls=[{"args": args, "seed": i} for i in range(calls)], params=p, train=train,
+                    backward=backward, record=record, attrs=attrs,
+                    dtype="float64" if x.dtype == torch.float64 else None, crash=crash)
+
+
+def describe_layer(decoder, norm_first, activation, x, memory, label):
+    cls = "DecoderLayer" if decoder else "EncoderLayer"
+    mode = "pre-LN" if norm_first else "post-LN"
+    shapes = f"x {shape_str(x.shape)}" + (f", memory {shape_str(memory.shape)}" if decoder else "")
+    return f"{cls}({mode}, {activation}) on {shapes} with {label}"
+
+
+def check_layer(t: Tester, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None,
+                label="no mask", p=None):
+    decoder = memory is not None
+    p = p or layer_params(t, d, d_ff, decoder, x.dtype)
+    reply = run_layer(t, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask)
+    what = describe_layer(decoder, norm_first, activation, x, memory, label)
+    want, _ = expected_layer(p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask)
+    kind = "decoder" if decoder else "encoder"
+    tried = lambda: CATALOGUE.tried(kind, p, norm_first, activation, x, memory, src_mask, tgt_mask)  # noqa: E731
+
+    def unused():
+        g = torch.ones_like(want)
+        grads = run_layer(t, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask,
+                          backward=[g]).get("param_grads")
+        return never_used(grads)
+    t.expect_close(reply["outputs"][0], want, f"The output of {what}", tried, probes=[unused])
+    return reply, p
+
+
+# ---- groups ------------------------------------------------------------------------------------
+
+@group("m3", "layer_norm", provides=("LayerNorm",))
+def layer_norm(t: Tester):
+    d = 6
+    reply = t.module("LayerNorm", (d,))
+    names = set(reply["params"])
+    if names != {"weight", "bias"}:
+        t.fail(f"LayerNorm({d}) should have exactly the parameters weight and bias (nn.Parameter), but it has "
+               f"{', '.join(sorted(names)) or 'none'}.", "parameter_names")
+    for name, want in (("weight", torch.ones(d)), ("bias", torch.zeros(d))):
+        got = t.expect_tensor(reply["params"][name], f"LayerNorm({d}).{name}", shape=(d,))
+        if not torch.equal(got.to(torch.float32), want):
+            t.fail(f"LayerNorm({d}).{name} should start as {'ones' if name == 'weight' else 'zeros'}, like "
+                   f"nn.LayerNorm's.", "layer_norm_init")
+    # A large mean with a tiny spread shows where eps goes (float64 only: float32 cannot resolve it).
+    cases = [((2, 3, d), 1.0, 0.0, torch.float64), ((5, d), 1.0, 0.0, torch.float64),
+             ((2, 3, 4, d), 1.0, 0.0, torch.float64), ((3, 4, d), 1e-3, 100.0, torch.float64),
+             ((3, 4, d), 1.0, 0.0, torch.float32), ((2, 5, d), 0.1, 1.0, torch.float32)]
+    for shape, spread, mean, dtype in cases:
+        x = t.randn(*shape, dtype=dtype, scale=spread) + mean
+        w, b = 1 + t.randn(d, dtype=dtype, scale=0.5), t.randn(d, dtype=dtype, scale=0.5)
+        got = t.module("LayerNorm", (d,), params={"weight": w, "bias": b},
+                       dtype="float64" if dtype == torch.float64 else None, calls=[{"args": [x]}])["outputs"][0]
+        what = (f"LayerNorm({d}) on x {shape_str(shape)} ({str(dtype).replace('torch.', '')}, mean {mean:g}, "
+                f"spread {spread:g})")
+        want = F.layer_norm(x, (d,), w, b, 1e-5)
+        t.expect_close(got, want, f"The output of {what}", lambda x=x, w=w, b=b: CATALOGUE.tried("layer_norm", x, w, b))
+        t.expect_tensor(got, f"The output of {what}", dtype=dtype)
+
+
+@group("m3", "feed_forward", provides=("FeedForward",))
+def feed_forward(t: Tester):
+    d, d_ff = 6, 10
+    for activation in ("relu", "gelu"):
+        reply = t.module("FeedForward", (d, d_ff), {"activation": activation})
+        shapes = {k: tuple(v.shape) for k, v in reply["params"].items() if torch.is_tensor(v)}
+        want_shapes = {"linear1.weight": (d_ff, d), "linear1.bias": (d_ff,), "linear2.weight": (d, d_ff),
+                       "linear2.bias": (d,)}
+        if {k: shapes.get(k) for k in want_shapes} != want_shapes:
+            t.fail(f"FeedForward({d}, {d_ff}) should have linear1 = nn.Linear({d}, {d_ff}) and linear2 = "
+                   f"nn.Linear({d_ff}, {d}); its parameters are {shapes}.", "parameter_names")
+        p = sub_params(layer_params(t, d, d_ff), "feed_forward")
+        for dtype in (torch.float64, torch.float32):
+            x = t.randn(3, 4, d, dtype=dtype, scale=2.0)
+            pp = {k: v.to(dtype) for k, v in p.items()}
+            got = t.module("FeedForward", (d, d_ff), {"activation": activation}, params=pp, calls=[{"args": [x]}],
+                           dtype="float64" if dtype == torch.float64 else None)["outputs"][0]
+            want = feed_forward_fn(pp, x, activation)
+            t.expect_close(got, want, f"The output of FeedForward({d}, {d_ff}, activation={activation!r}) on x "
+                           f"{shape_str(x.shape)} ({str(dtype).replace('torch.', '')})",
+                           lambda pp=pp, x=x: CATALOGUE.tried("feed_forward", pp, x, activation))
+
+
+@group("m3", "encoder_layer", depends=PARTS)
+def encoder_layer(t: Tester):
+    d, d_ff, B, L = 8, 16, 3, 5
+    src_mask, _, _ = ragged_masks(B, L, L)
+    x = t.randn(B, L, d)
+    for norm_first in (False, True):
+        for activation in ("relu", "gelu"):
+            check_layer(t, d, d_ff, norm_first, activation, x, src_mask=src_mask,
+                        label=f"a padding mask {shape_str(src_mask.shape)}")
+        check_layer(t, d, d_ff, norm_first, "relu", x, label="no mask")
+    x32 = t.randn(B, L, d, dtype=torch.float32)
+    check_layer(t, d, d_ff, True, "gelu", x32, src_mask=src_mask, label="a padding mask (float32)")
+
+
+@group("m3", "decoder_layer", depends=PARTS)
+def decoder_layer(t: Tester):
+    d, d_ff, B, Lt, Ls = 8, 16, 3, 4, 6
+    src_mask, causal, tgt_mask = ragged_masks(B, Lt, Ls)
+    x, memory = t.randn(B, Lt, d), t.randn(B, Ls, d)
+    for norm_first in (False, True):
+        # The causal-only case first: its errors tell swapped masks from swapped attention arguments.
+        check_layer(t, d, d_ff, norm_first, "gelu", x, memory, None, causal, f"a causal mask {shape_str(causal.shape)}")
+        check_layer(t, d, d_ff, norm_first, "relu", x, memory, src_mask, tgt_mask,
+                    f"source padding {shape_str(src_mask.shape)} and causal + target padding {shape_str(tgt_mask.shape)}")
+        check_layer(t, d, d_ff, norm_first, "relu", x, memory, None, None, "no masks")
+    x32, m32 = t.randn(B, Lt, d, dtype=torch.float32), t.randn(B, Ls, d, dtype=torch.float32)
+    check_layer(t, d, d_ff, True, "relu", x32, m32, src_mask, tgt_mask, "both masks (float32)")
+
+
+@group("m3", "gradients", depends=PARTS)
+def gradients(t: Tester):
+    d, d_ff, B, Lt, Ls = 8, 12, 2, 4, 5
+    src_mask, _, tgt_mask = ragged_masks(B, Lt, Ls)
+    for norm_first in (False, True):
+        x, memory = t.randn(B, Lt, d), t.randn(B, Ls, d)
+        p = layer_params(t, d, d_ff, True)
+        g = t.randn(B, Lt, d)
+        reply = run_layer(t, p, d, d_ff, norm_first, "gelu", x, memory, src_mask, tgt_mask, backward=[g])
+        what = describe_layer(True, norm_first, "gelu", x, memory, "both masks")
+        want, want_grads = expected_layer(p, d, d_ff, norm_first, "gelu", x, memory, src_mask, tgt_mask, grad=g)
+        t.expect_close(reply["outputs"][0], want, f"The output of {what}",
+                       lambda: CATALOGUE.tried("decoder", p, norm_first, "gelu", x, memory, src_mask, tgt_mask),
+                       probes=[lambda: never_used(reply.get("param_grads"))])
+        grads = reply.get("param_grads")
+        if grads is None:
+            t.fail(f"No gradient reached the parameters of {what}: {reply.get('grad_problem')}.", "graph_cut")
+        for i, name in enumerate(("x", "memory")):
+            got = (reply.get("input_grads") or [None, None])[i]
+            if got is None:
+                t.fail(f"No gradient reached the `{name}` input of {what}: do not .detach() it.", "graph_cut")
+            t.expect_close(got, want_grads[name], f"The gradient with respect to `{name}` of {what}")
+        for name, want_g in want_grads.items():
+            if name in ("x", "memory"):
+                continue
+            got = grads.get(name)
+            if got is None:
+                found = never_used(grads)
+                t.fail(f"No gradient reached `{name}` in {what}." + (f" Likely cause: {found.text}" if found else ""),
+                       found.id if found else "graph_cut")
+            t.expect_close(got, want_g, f"The gradient of `{name}` in {what}")
+
+
+@group("m3", "behaviour", depends=PARTS, style=True)
+def behaviour(t: Tester):
+    d, d_ff, B, Lt, Ls = 8, 12, 3, 5, 6
+    src_mask, causal, tgt_mask = ragged_masks(B, Lt, Ls)
+    for norm_first in (False, True):
+        p = layer_params(t, d, d_ff, True)
+        x, memory = t.randn(B, Lt, d), t.randn(B, Ls, d)
+        what = describe_layer(True, norm_first, "relu", x, memory, "both masks")
+        base = run_layer(t, p, d, d_ff, norm_first, "relu", x, memory, src_mask, tgt_mask)["outputs"][0]
+        t.works(base, expected_layer(p, d, d_ff, norm_first, "relu", x, memory, src_mask, tgt_mask)[0], f"`{what}`")
+        later = x.clone()
+        later[:, 3:] = t.randn(B, Lt - 3, d)
+        out = run_layer(t, p, d, d_ff, norm_first, "relu", later, memory, src_mask, tgt_mask)["outputs"][0]
+        if not torch.allclose(out[:, :3], base[:, :3], atol=1e-12):
+            t.fail(f"{what}: changing target positions 3 and later changed the outputs at positions 0..2. With a "
+                   f"causal tgt_mask a position must not see later ones: pass tgt_mask to the self-attention.",
+                   "looks_ahead")
+        padded = memory.clone()
+        padded[~src_mask[:, 0, :]] = t.randn(int((~src_mask).sum()), d)
+        out = run_layer(t, p, d, d_ff, norm_first, "relu", x, padded, src_mask, tgt_mask)["outputs"][0]
+        if not torch.allclose(out, base, atol=1e-12):
+            t.fail(f"{what}: changing `memory` at padded source positions changed the output. The source padding "
+                   f"mask must reach the cross-attention: cross_attn(..., src_mask).", "padding_not_ignored")
+        alone = run_layer(t, p, d, d_ff, norm_first, "relu", x[1:2], memory[1:2], src_mask[1:2],
+                          tgt_mask[1:2])["outputs"][0]
+        if not torch.allclose(alone, base[1:2], atol=1e-12):
+            t.fail(f"{what}: batch item 1 gives a different output alone than inside the batch: batch items must "
+                   f"not mix (statistics over the batch dimension?).", "batch_mixing")
+    pe = layer_params(t, d, d_ff)
+    x = t.randn(B, Ls, d)
+    reply = run_layer(t, pe, d, d_ff, False, "relu", x, src_mask=src_mask, dropout=0.5, calls=2)
+    a, b = reply["outputs"]
+    if not torch.equal(a, b):
+        t.fail("EncoderLayer(dropout=0.5) gives different outputs for the same input in eval mode: dropout must "
+               "act only in training mode (nn.Dropout follows model.eval(); F.dropout needs training=self.training).",
+               "dropout_in_eval")
+
+
+def _branch_check(t: Tester, what, out, x, branch, p):
+    """`out` of a pre-LN layer on `x` whose only non-zero sub-layer output is the constant `branch`: with
+    dropout p on that sub-layer's output, out - x is 0 or branch / (1 - p), entry by entry."""
+    diff = out - x
+    zero = diff.abs() < 1e-12
+    share = zero.double().mean().item()
+    if 0.25 < share < 0.75 and torch.allclose(diff[~zero], (branch / (1 - p)).expand_as(diff)[~zero], atol=1e-9):
+        return
+    if share == 0 and torch.allclose(diff, branch.expand_as(diff), atol=1e-9):
+        t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
+               f"the layer's dropout to each sub-layer's output before adding it: x + drop(sublayer(...)).",
+               "no_residual_dropout")
+    dropped = out.abs() < 1e-12
+    if 0.25 < dropped.double().mean().item() < 0.75 and torch.allclose(
+            out[~dropped], ((x + branch) / (1 - p))[~dropped], atol=1e-9):
+        t.fail(f"{what}: in training mode dropout is applied to the residual sum (x + sublayer(x)); it belongs on "
+               f"the sub-layer's output before the add: x + drop(sublayer(...)).", "dropout_on_residual_sum")
+    t.fail(f"{what}: in training mode (dropout=0.5) the sub-layer's output should be dropped (about half of its "
+           f"entries 0) and the rest divided by 1 - p, then added to x; this layer's output does not fit that.")
+
+
+def _through_norms(z, norm_weights):
+    for w, b in norm_weights:
+        z = layer_norm_fn(z, w, b)
+    return z
+
+
+def _post_ln_stream_check(t: Tester, what, trained, evaluated):
+    """Post-LN, every sub-layer outputting exactly 0: with dropout on the sub-layer outputs only, nothing
+    random can reach the output, so training mode must give exactly the eval-mode output."""
+    if not torch.allclose(trained, evaluated, atol=1e-9):
+        t.fail(f"{what}: with every sub-layer's output 0, training mode still changes the output, so dropout acts "
+               f"on the residual stream itself (for example norm(drop(x + sublayer(x)))); it belongs on the "
+               f"sub-layer's output only: norm(x + drop(sublayer(x))).", "dropout_on_residual_sum")
+
+
+def _post_ln_branch_check(t: Tester, what, out, x, branch, p, norm_weights):
+    """Post-LN with one live sub-layer outputting the constant `branch`: each position's output is the norms
+    applied to x + m * branch / (1 - p) for some 0/1 mask m; there are few masks (2^d_model): try them all."""
+    d = x.size(-1)
+    masks = torch.tensor([[(k >> j) & 1 for j in range(d)] for k in range(2 ** d)], dtype=torch.float64)
+    if torch.allclose(out, _through_norms(x + branch, norm_weights), atol=1e-7):
+        t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
+               f"the layer's dropout to each sub-layer's output before adding it: norm(x + drop(sublayer(x))).",
+               "no_residual_dropout")
+    for xi, yi in zip(x.reshape(-1, d), out.reshape(-1, d)):
+        cand = _through_norms(xi + masks * branch / (1 - p), norm_weights)           # [2^d, d]
+        if not ((cand - yi).abs().amax(-1) < 1e-7).any():
+            t.fail(f"{what}: in training mode (dropout=0.5) the output is not norm(x + drop(sublayer(x))) for any "
+                   f"dropout pattern: apply the layer's dropout to each sub-layer's output, before the residual add.")
+
+
+@group("m3", "dropout", depends=PARTS)
+def dropout(t: Tester):
+    d, B, L, p = 8, 4, 6, 0.5
+    zeros = functools.partial(torch.zeros, dtype=torch.float64)
+    # Eval mode: off, and equal to PyTorch's.
+    pe = layer_params(t, d, d)
+    x = t.randn(B, L, d)
+    reply = run_layer(t, pe, d, d, True, "relu", x, dropout=p, attrs=("self_attn.dropout",))
+    t.expect_close(reply["outputs"][0], expected_layer(pe, d, d, True, "relu", x)[0],
+                   "The output of EncoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)",
+                   lambda: CATALOGUE.tried("encoder", pe, True, "relu", x))
+    if reply["attrs"][0].get("self_attn.dropout") != p:
+        t.fail(f"EncoderLayer(dropout={p}) builds its self_attn without that dropout (its attention weights are "
+               f"never dropped): MultiHeadAttention(d_model, num_heads, dropout).", "attention_dropout_missing")
+    # The feed-forward's hidden dropout: with linear2 invertible, the hidden activations show.
+    ff = sub_params(pe, "feed_forward")
+    xf = t.randn(B, L, d)
+    # gelu, not relu: with relu, dropout before or after the activation gives the same numbers.
+    kw = {"dropout": p, "activation": "gelu"}
+    evaluated = t.module("FeedForward", (d, d), kw, params=ff, dtype="float64",
+                         calls=[{"args": [xf], "seed": 3}])["outputs"][0]
+    t.expect_close(evaluated, feed_forward_fn(ff, xf, "gelu"), "The output of FeedForward(dropout=0.5, activation='gelu') in "
+                   "eval mode", lambda: CATALOGUE.tried("feed_forward", ff, xf, "gelu"))
+    out = t.module("FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
+                   calls=[{"args": [xf], "seed": 3}])["outputs"][0]
+    if ((out == 0).double().mean().item() > 0.25):
+        t.fail("FeedForward(dropout=0.5) in training mode zeroes its outputs: the dropout sits after linear2. It "
+               "belongs on the hidden activations: linear2(dropout(activation(linear1(x)))).", "ffn_dropout_misplaced")
+    hidden = torch.linalg.solve(ff["linear2.weight"], (out - ff["linear2.bias"]).reshape(-1, d).T).T.reshape(out.shape)
+    pre = xf @ ff["linear1.weight"].T + ff["linear1.bias"]
+    act = F.gelu(pre)
+    live = act.abs() > 1e-6
+    zero = hidden.abs() < 1e-8
+    share = (zero & live).double().sum().item() / max(1, live.sum().item())
+    if share == 0:
+        t.fail("FeedForward(dropout=0.5) in training mode does not drop its hidden activations: "
+               "linear2(dropout(activation(linear1(x)))).", "ffn_no_dropout")
+    kept = live & ~zero
+    if 0.25 < share < 0.75 and torch.allclose(hidden[kept], F.gelu(pre[kept] / (1 - p)), atol=1e-8):
+        t.fail("FeedForward(dropout=0.5, activation='gelu') in training mode drops the hidden values before the "
+               "activation; dropout comes after it: linear2(dropout(activation(linear1(x)))).",
+               "ffn_dropout_before_activation")
+    if not (0.25 < share < 0.75 and torch.allclose(hidden[kept], act[kept] / (1 - p), atol=1e-8)):
+        t.fail("FeedForward(dropout=0.5) in training mode: dropout must act on the hidden activations (after the "
+               "activation, before linear2), keeping the survivors scaled by 1 / (1 - p).", "ffn_dropout_misplaced")
+    # Training mode, one sub-layer at a time: it outputs a constant b (its last weight 0, its bias b).
+    b = 1 + t.randn(d).abs()
+    for branch, zeroed in (("self-attention", "feed_forward"), ("feed-forward", "self_attn")):
+        q = dict(pe)
+        q.update({"self_attn.w_o.weight": zeros(d, d), "self_attn.w_o.bias": zeros(d),
+                  "feed_forward.linear2.weight": zeros(d, d), "feed_forward.linear2.bias": zeros(d)})
+        q["self_attn.w_o.bias" if branch == "self-attention" else "feed_forward.linear2.bias"] = b
+        out = run_layer(t, q, d, d, True, "relu", x, dropout=p, train=True)["outputs"][0]
+        _branch_check(t, f"EncoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", out, x, b, p)
+    # Post-LN: every sub-layer silenced (nothing random may then reach the output), then one live sub-layer
+    # read through the norms (d_model 6: 64 dropout patterns per position, all tried).
+    d6 = 6
+    x6 = t.randn(2, 3, d6)
+    b6 = 1 + t.randn(d6).abs()
+    for cls_decoder in (False, True):
+        q = layer_params(t, d6, d6, cls_decoder)
+        mem6 = t.randn(2, 4, d6) if cls_decoder else None
+        for name in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.linear2"):
+            if f"{name}.weight" in q:
+                q[f"{name}.weight"], q[f"{name}.bias"] = zeros(d6, d6), zeros(d6)
+        norms = [(q[f"norm{n}.weight"], q[f"norm{n}.bias"]) for n in range(1, 4 if cls_decoder else 3)]
+        cls = "DecoderLayer" if cls_decoder else "EncoderLayer"
+        silent = [run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p, train=train)["outputs"][0]
+                  for train in (False, True)]
+        _post_ln_stream_check(t, f"{cls}(post-LN, dropout=0.5)", silent[1], silent[0])
+        q["self_attn.w_o.bias"] = b6
+        ev = run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p)["outputs"][0]
+        t.expect_close(ev, expected_layer(q, d6, d6, False, "relu", x6, mem6)[0], f"The output of {cls}(post-LN, "
+                       f"dropout=0.5) in eval mode", lambda: CATALOGUE.tried("decoder" if cls_decoder else "encoder",
+                                                                           q, False, "relu", x6, mem6))
+        out = run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p, train=True)["outputs"][0]
+        _post_ln_branch_check(t, f"{cls}(post-LN, dropout=0.5), self-attention sub-layer", out, x6, b6, p, norms)
+    # The decoder's three sub-layers (pre-LN), each on its own, after its eval-mode values are right.
+    pd = layer_params(t, d, d, True)
+    memory = t.randn(B, L + 1, d)
+    ev = run_layer(t, pd, d, d, True, "relu", x, memory, dropout=p)["outputs"][0]
+    t.expect_close(ev, expected_layer(pd, d, d, True, "relu", x, memory)[0],
+                   "The output of DecoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)",
+                   lambda: CATALOGUE.tried("decoder", pd, True, "relu", x, memory))
+    for branch, bias in (("self-attention", "self_attn.w_o.bias"), ("cross-attention", "cross_attn.w_o.bias"),
+                         ("feed-forward", "feed_forward.linear2.bias")):
+        q = dict(pd)
+        for name in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.linear2"):
+            q[f"{name}.weight"], q[f"{name}.bias"] = zeros(d, d), zeros(d)
+        q[bias] = b
+        reply = run_layer(t, q, d, d, True, "relu", x, memory, dropout=p, train=True, attrs=("cross_attn.dropout",))
+        _branch_check(t, f"DecoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", reply["outputs"][0], x, b, p)
+        if reply["attrs"][0].get("cross_attn.dropout") != p:
+            t.fail(f"DecoderLayer(dropout={p}) builds its cross_attn without that dropout: "
+                   f"MultiHeadAttention(d_model, num_heads, dropout).", "attention_dropout_missing")
+
+
+@group("m3", "structure", depends=PARTS, style=True)
+def structure(t: Tester):
+    d, d_ff = 8, 12
+    x, memory = t.randn(2, 3, d), t.randn(2, 4, d)
+    p = layer_params(t, d, d_ff, True)
+    reply = run_layer(t, p, d, d_ff, True, "relu", x, memory)
+    t.works(reply["outputs"][0], expected_layer(p, d, d_ff, True, "relu", x, memory)[0], "`DecoderLayer`")
+    want = {"self_attn": "MultiHeadAttention", "cross_attn": "MultiHeadAttention", "feed_forward": "FeedForward",
+            "norm1": "LayerNorm", "norm2": "LayerNorm", "norm3": "LayerNorm"}
+    for cls, names, norm_first in (("EncoderLayer", ("self_attn", "feed_forward", "norm1", "norm2"), False),
+                                   ("DecoderLayer", tuple(want), True)):
+        reply = t.module(cls, (d, 2, d_ff), {"norm_first": norm_first}, attrs=("norm_first",), dtype="float64",
+                         calls=[{"args": [x, memory] if cls == "DecoderLayer" else [x]}])
+        kids = reply["children"]
+        for name in names:
+            if kids.get(name) != want[name]:
+                t.fail(f"{cls}.{name} should be a {want[name]} (the one of {'multihead' if 'attn' in name else 'blocks'}"
+                       f".py), but it is {kids.get(name) or 'missing'}.", "submodule_kinds")
+        if reply["shared"]:
+            t.fail(f"In {cls}, {', '.join(reply['shared'])} is the same module object as another submodule: each "
+                   f"sub-layer needs its own weights.", "shared_submodule")
+        if reply["attrs"][0].get("norm_first") is not norm_first:
+            t.fail(f"{cls}(..., norm_first={norm_first}).norm_first should be {norm_first}.", "norm_first_attribute")
+    for cls, args in (("FeedForward", (d, d_ff)), ("EncoderLayer", (d, 2, d_ff)), ("DecoderLayer", (d, 2, d_ff))):
+        reply = t.module(cls, args, {"activation": "tanh"}, allow_error=True)
+        if reply.get("ok"):
+            t.fail(f"{cls}(..., activation='tanh') should raise ValueError (only 'relu' and 'gelu' are allowed), "
+                   f"but it was created.", "activation_not_checked")
+        message = str(reply.get("message", ""))
+        if reply.get("type") != "ValueError" or "relu" not in message or "gelu" not in message:
+            t.fail(f"{cls}(..., activation='tanh') should raise ValueError naming the allowed values 'relu' and "
+                   f"'gelu'; it raised {reply.get('type')}: {message}", "activation_error_message")
+
+
+@group("m3", "vectorization", depends=PARTS, style=True, observes=True)
+def vectorization(t: Tester):
+    d, d_ff = 8, 12
+
+    def count(decoder, B, L):
+        x, memory = t.randn(B, L, d), (t.randn(B, L + 1, d) if decoder else None)
+        p = layer_params(t, d, d_ff, decoder)
+        reply = run_layer(t, p, d, d_ff, True, "relu", x, memory, record=True)
+        t.works(reply["outputs"][0], expected_layer(p, d, d_ff, True, "relu", x, memory)[0],
+                f"`{'DecoderLayer' if decoder else 'EncoderLayer'}`")
+        return reply["record"]["op_count"]
+
+    for decoder, name in ((False, "EncoderLayer.forward"), (True, "DecoderLayer.forward")):
+        b, n = t.grown(2, 9, 25), t.grown(3, 9, 25)            # beyond any small padded count
+        t.expect_constant_ops({"base": count(decoder, 2, 3), f"the batch grew from 2 to {b}": count(decoder, b, 3),
+                               f"the length grew from 3 to {n}": count(decoder, 2, n)}, "base size", name,
+                              "Let each sub-layer work on the whole [B, L, d_model] tensor at once.",
+                              limit=200 if decoder else 120)
+
+
+@group("m3", "from_scratch", depends=PARTS, style=True, observes=True)
+def from_scratch(t: Tester):
+    d, d_ff = 8, 12
+    x, memory = t.randn(2, 3, d), t.randn(2, 4, d)
+    p = layer_params(t, d, d_ff, True)
+    reply = run_layer(t, p, d, d_ff, False, "gelu", x, memory, record=True)
+    t.works(reply["outputs"][0], expected_layer(p, d, d_ff, False, "gelu", x, memory)[0], "`DecoderLayer`")
+    record = dict(reply["record"])
+    record["functions"] = record["functions"] + reply.get("submodules", [])
+    t.expect_allowed(record, "DecoderLayer")
+    ln = t.module("LayerNorm", (d,), calls=[{"args": [x]}], record=True, dtype="float64")
+    t.works(ln["outputs"][0], F.layer_norm(x, (d,)), "`LayerNorm`")
+    record = dict(ln["record"])
+    record["functions"] = record["functions"] + ln.get("submodules", [])
+    t.expect_allowed(record, "LayerNorm")

@@ -1,0 +1,532 @@
+"""Hidden checks for milestone 4: positional encoding, embeddings, stacks and the whole Transformer.
+
+Expected values come from a composition of PyTorch's own modules (nn.TransformerEncoderLayer and
+nn.TransformerDecoderLayer loaded with per-layer different random weights, nn.LayerNorm for pre-LN's
+final norms, the judge's own float64 positional table and embedding lookups, a linear generator).
+The judge writes its float64 table into the student's `pe` buffer for float64 parity. CATALOGUE
+computes what the known mistakes return; the four parts have stand-ins, so the model is graded on
+its own merits when a part is wrong (the layers themselves are milestone 3's reference).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.grading.checks import CheckFailed, Tester, group, shape_str, stand_ins
+from autograder.milestones.reference import (
+    D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, layer_fn, model_params, pe_table, ragged_masks,
+    stack_params, sub_params)
+from autograder.grading.diagnosis import Catalogue
+
+CATALOGUE = Catalogue("m4")
+PARTS = ("positional_table", "positional_module", "embedding", "stacks")
+
+
+# ---- the positional table -------------------------------------------------------------------
+
+
+CATALOGUE.deviations("pe", pe_table, (
+        ("pe_sin_cos_swapped", "sin and cos are swapped: even columns (2i) hold sines, odd columns (2i + 1) cosines.",
+         {"swap": True}),
+        ("pe_not_interleaved", "the sines fill the first half of the columns and the cosines the second; they are "
+         "interleaved: PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos, the two columns sharing one frequency.",
+         {"concat": True}),
+        ("pe_exponent_i", "the exponent is i / d_model; it is 2i / d_model (the column index of the sine): "
+         "angle = pos / 10000 ** (2i / d_model).", {"exponent": "i"}),
+        ("pe_exponent_per_column", "every column gets its own frequency 10000^(j / d_model); columns 2i and 2i + 1 "
+         "share the frequency 10000^(2i / d_model).", {"exponent": "column"}),
+        ("pe_positions_from_1", "positions start at 1; they start at 0 (row 0 is [0, 1, 0, 1, ...]).", {"start": 1}),
+        ("pe_multiplied", "pos is multiplied by 10000^(2i / d_model); it is divided: pos / 10000^(2i / d_model).",
+         {"multiply": True})))
+
+
+def pe_tolerance(max_len):
+    """Per-row tolerance: float32 arithmetic is off by up to 4e-4 at position 5000, and that is allowed."""
+    return (2e-6 + 1e-7 * torch.arange(max_len, dtype=torch.float64))[:, None]
+
+
+# ---- the model, as a composition of PyTorch's modules --------------------------------------------
+
+
+# ---- catalogue entries for stacks and the model ---------------------------------------------------
+
+def _stack_variant(**dev):
+    def fn(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+        if dev.get("extra_norm") and norm_first or dev.get("no_norm") and not norm_first:
+            return None
+        if dev.get("swap_masks"):
+            if memory is None:
+                return None
+            # written out with milestone 3's functional layers, so that it fails the way the student's code
+            # (the course's DecoderLayer) fails when the masks are swapped
+            for i in range(n):
+                x = layer_fn(sub_params(p, f"layers.{i}"), norm_first, activation, x, memory, tgt_mask, src_mask)
+            return F.layer_norm(x, (D,), p["norm.weight"], p["norm.bias"]) if norm_first else x
+        stack = TorchStack(p, side, n, norm_first, activation, x.dtype)
+        return stack(x, memory, src_mask, tgt_mask, **dev).detach()
+    return fn
+
+
+CATALOGUE.entry("stack", "layers_reversed", "the layers run in reverse order; run them in order (layers[0] first).")(
+    _stack_variant(reverse=True))
+CATALOGUE.entry("stack", "final_norm_in_post_ln", "post-LN layers already end with a norm: the stack's final "
+                "LayerNorm belongs to pre-LN only (norm = LayerNorm(d_model) if norm_first else None).")(
+    _stack_variant(extra_norm=True))
+CATALOGUE.entry("stack", "stack_masks_swapped", "src_mask and tgt_mask reach the layers swapped: each "
+                "DecoderLayer takes (x, memory, src_mask, tgt_mask) in that order.")(_stack_variant(swap_masks=True))
+CATALOGUE.entry("stack", "final_norm_missing", "pre-LN needs a final LayerNorm after the last layer "
+                "(norm = LayerNorm(d_model) when norm_first), applied in forward.")(_stack_variant(no_norm=True))
+
+
+def _model_variant(**dev):
+    def fn(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None):
+        model = TorchModel(p, n, norm_first, "relu", p["generator.weight"].dtype, max_len)
+        return model(src, tgt, src_mask, tgt_mask, **dev).detach()
+    return fn
+
+
+CATALOGUE.entry("model", "memory_from_embeddings", "the decoder's memory is the source embeddings; it is the "
+                "encoder's output: memory = encoder(pos_encoding(src_embed(src)), src_mask).")(
+    _model_variant(memory_from_embeddings=True))
+CATALOGUE.entry("model", "tgt_mask_dropped", "tgt_mask does not reach the decoder, so each position sees later "
+                "ones: pass it on, decoder(x, memory, src_mask, tgt_mask).")(_model_variant(no_tgt_mask=True))
+CATALOGUE.entry("model", "tgt_with_src_embed", "the target tokens are embedded with src_embed; they use tgt_embed "
+                "(the two vocabularies can differ).")(_model_variant(tgt_with_src_table=True))
+CATALOGUE.entry("model", "embeddings_not_scaled", "the embeddings are not multiplied by sqrt(d_model) before the "
+                "positions are added (TokenEmbedding: embedding(tokens) * math.sqrt(d_model)).")(
+    _model_variant(scale=False))
+
+
+@CATALOGUE.entry("embedding", "embedding_not_scaled", "the embeddings must be multiplied by sqrt(d_model).")
+def _emb_unscaled(weight, tokens):
+    return F.embedding(tokens, weight)
+
+
+@CATALOGUE.entry("embedding", "embedding_divided", "the embeddings are divided by sqrt(d_model); they are "
+                 "multiplied: embedding(tokens) * math.sqrt(d_model).")
+def _emb_divided(weight, tokens):
+    return F.embedding(tokens, weight) / math.sqrt(weight.size(1))
+
+
+@CATALOGUE.entry("positional", "pe_indexed_by_batch", "the table is sliced by the batch size (pe[:x.size(0)]); "
+                 "slice it by the sequence length: x + pe[:x.size(1)].")
+def _pe_by_batch(x, pe):
+    return x + pe[: x.size(0)].unsqueeze(1) if x.size(0) <= pe.size(0) else None
+
+
+@CATALOGUE.entry("positional", "pe_whole_table", "the whole table is added; add only its first L rows: "
+                 "x + pe[:x.size(1)].")
+def _pe_whole(x, pe):
+    return x + pe
+
+
+# ---- stand-ins ------------------------------------------------------------------------------------
+
+def _stand_in_table(max_len, d_model):
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angles = pos / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).reshape(max_len, d_model)
+    return pe.to(torch.get_default_dtype())
+
+
+class _StandInPositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        import model as _m      # the student's module: its table function, or its stand-in
+        self.register_buffer("pe", _m.sinusoidal_positional_encoding(max_len, d_model))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError(f"length {x.size(1)} > max_len {self.pe.size(0)}")
+        return self.drop(x + self.pe[: x.size(1)])
+
+
+class _StandInTokenEmbedding(nn.Module):
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tokens):
+        return self.embedding(tokens) * self.scale
+
+
+class _StandInEncoder(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
+        super().__init__()
+        from blocks import EncoderLayer, LayerNorm
+        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
+                                    for _ in range(num_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, src_mask=None):
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class _StandInDecoder(nn.Module):
+    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
+        super().__init__()
+        from blocks import DecoderLayer, LayerNorm
+        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
+                                    for _ in range(num_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+stand_ins("m4", sinusoidal_positional_encoding=_stand_in_table, PositionalEncoding=_StandInPositionalEncoding,
+          TokenEmbedding=_StandInTokenEmbedding, Encoder=_StandInEncoder, Decoder=_StandInDecoder)
+
+
+# ---- running the student's modules ----------------------------------------------------------------
+
+def run_model(t: Tester, p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, *, calls=None,
+              dtype=torch.float64, backward=None, record=False, dropout=0.0, train=False, table=True):
+    """Build the student's Transformer with weights `p` (and the judge's float64 table in `pe`), run `calls`."""
+    src_vocab, tgt_vocab = p["src_embed.embedding.weight"].size(0), p["generator.weight"].size(0)
+    calls = calls or [{"args": [src, tgt, src_mask, tgt_mask]}]
+
+    def crash(reply):
+        return CATALOGUE.raising("model", reply.get("type"), reply.get("message"), p, n, norm_first, max_len, src, tgt,
+                                 src_mask, tgt_mask)
+    return t.module("Transformer", (src_vocab, tgt_vocab),
+                    {"d_model": D, "num_heads": HEADS, "num_layers": n, "d_ff": D_FF, "dropout": dropout,
+                     "max_len": max_len, "norm_first": norm_first},
+                    calls=calls, params=p, buffers_in={"pos_encoding.pe": pe_table(max_len, D).to(dtype)} if table else None,
+                    dtype="float64" if dtype == torch.float64 else None, backward=backward, record=record, train=train,
+                    crash=crash)
+
+
+def _tokens(t: Tester, B, L, vocab, lengths=None):
+    tokens = t.randint(1, vocab, (B, L))
+    for b, n in enumerate(lengths or []):
+        tokens[b, n:] = 0
+    return tokens
+
+
+def model_inputs(t: Tester, B=3, Ls=6, Lt=5, vocab=(11, 13)):
+    src_mask, _, tgt_mask = ragged_masks(B, Lt, Ls)
+    src = _tokens(t, B, Ls, vocab[0], [int(m.sum()) for m in src_mask[:, 0]])
+    tgt = _tokens(t, B, Lt, vocab[1])
+    return src, tgt, src_mask, tgt_mask
+
+
+# ---- groups ---------------------------------------------------------------------------------------
+
+@group("m4", "positional_table", provides=("sinusoidal_positional_encoding",))
+def positional_table(t: Tester):
+    for max_len, d in ((50, 6), (12, 16), (5000, 64)):
+        what = f"`sinusoidal_positional_encoding({max_len}, {d})`"
+        got = t.expect_tensor(t.call("sinusoidal_positional_encoding", max_len, d)["value"], what, shape=(max_len, d))
+        t.expect_close(got, pe_table(max_len, d), what, lambda m=max_len, d=d: CATALOGUE.tried("pe", m, d),
+                       atol=pe_tolerance(max_len))
+        if got.dtype != torch.float32:
+            t.fail(f"{what} returns {str(got.dtype).replace('torch.', '')}; the table is in the default dtype "
+                   f"(torch.get_default_dtype(), float32): compute in float64 and cast at the end.", "pe_dtype")
+    try:
+        t.call("sinusoidal_positional_encoding", 10, 5)
+    except CheckFailed as e:
+        if "ValueError" in str(e):
+            return
+        raise
+    t.fail("`sinusoidal_positional_encoding(10, 5)` should raise ValueError: d_model must be even (sines and "
+           "cosines come in pairs).", "pe_odd_accepted")
+
+
+@group("m4", "positional_module", depends=("positional_table",), provides=("PositionalEncoding",))
+def positional_module(t: Tester):
+    d, max_len = 6, 20
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers=True, dtype="float64")
+    buffers = reply.get("buffers") or {}
+    if "pe" not in buffers:
+        where = "a parameter" if "pe" in reply["params"] else "missing"
+        t.fail(f"PositionalEncoding({d}, max_len={max_len}) should register its table as a buffer named `pe` "
+               f"(self.register_buffer('pe', ...)); `pe` is {where}.", "pe_not_buffer")
+    if "pe" in reply["params"]:
+        t.fail("`pe` is a parameter: register it as a buffer so it is not trained.", "pe_not_buffer")
+    pe = t.expect_tensor(buffers["pe"], f"PositionalEncoding({d}, max_len={max_len}).pe", shape=(max_len, d))
+    if pe.dtype != torch.float64:
+        t.fail("After .double(), the `pe` buffer is still " + str(pe.dtype).replace("torch.", "") + ": register it "
+               "with register_buffer so it follows the module's dtype and device.", "pe_not_buffer")
+    table = pe_table(max_len, d)
+    x = t.randn(3, 7, d)
+    got = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
+                   calls=[{"args": [x]}])["outputs"][0]
+    t.expect_close(got, x + table[:7], f"PositionalEncoding({d}, max_len={max_len}) on x [3, 7, {d}] (eval mode)",
+                   lambda: CATALOGUE.tried("positional", x, table))
+    full = t.randn(2, max_len, d)
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
+                     calls=[{"args": [full]}], allow_error=True)
+    if not reply.get("ok"):
+        t.fail(f"PositionalEncoding({d}, max_len={max_len}) on a sequence of exactly {max_len} positions raised "
+               f"{reply.get('type')}: {reply.get('message')}; only L > max_len is too long (L == max_len uses the whole "
+               f"table).", "pe_length_off_by_one")
+    t.expect_close(reply["outputs"][0], full + table, f"PositionalEncoding({d}, max_len={max_len}) on x [2, {max_len}, {d}]")
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, calls=[{"args": [t.randn(1, 21, d)]}],
+                     allow_error=True, dtype="float64")
+    message = str(reply.get("message", ""))
+    if reply.get("ok") or reply.get("type") != "ValueError" or "21" not in message or "20" not in message:
+        t.fail(f"PositionalEncoding({d}, max_len=20) on a sequence of length 21 should raise ValueError naming "
+               f"both numbers (21 and 20); it {'returned' if reply.get('ok') else 'raised ' + str(reply.get('type')) + ': ' + message}.",
+               "pe_length_error")
+    p = 0.5
+    ev = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
+                  dtype="float64", calls=[{"args": [x], "seed": 4}])["outputs"][0]
+    if not t.close(ev, x + table[:7]):
+        t.fail("PositionalEncoding(dropout=0.5) in eval mode should return x + pe[:L] unchanged: dropout acts in "
+               "training mode only (nn.Dropout follows .eval(); F.dropout needs training=self.training).",
+               "dropout_in_eval")
+    out = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
+                   dtype="float64", train=True, calls=[{"args": [x], "seed": 4}])["outputs"][0]
+    zero = out == 0
+    ok = 0.25 < zero.double().mean().item() < 0.75 and torch.allclose(out[~zero], ((x + table[:7]) / (1 - p))[~zero])
+    if not ok:
+        t.fail("PositionalEncoding(dropout=0.5) in training mode should apply dropout to x + pe[:L] (about half of "
+               "the entries 0, the rest divided by 1 - p).", "pe_dropout")
+
+
+@group("m4", "embedding", provides=("TokenEmbedding",))
+def embedding(t: Tester):
+    vocab, d = 13, 8
+    reply = t.module("TokenEmbedding", (vocab, d))
+    if reply["children"].get("embedding") != "Embedding":
+        t.fail(f"TokenEmbedding should hold an nn.Embedding named `embedding`; its submodules are "
+               f"{reply['children'] or 'none'}.", "parameter_names")
+    weight = t.randn(vocab, d)
+    tokens = t.randint(0, vocab, (3, 5))
+    got = t.module("TokenEmbedding", (vocab, d), params={"embedding.weight": weight}, dtype="float64",
+                   calls=[{"args": [tokens]}])["outputs"][0]
+    t.expect_close(got, F.embedding(tokens, weight) * math.sqrt(d), f"TokenEmbedding({vocab}, {d}) on tokens [3, 5]",
+                   lambda: CATALOGUE.tried("embedding", weight, tokens))
+
+
+def _check_stack(t: Tester, side, n, norm_first, activation="relu", dtype=torch.float64, label=""):
+    cls = "Encoder" if side == "encoder" else "Decoder"
+    p = stack_params(t, side, n, norm_first, dtype)
+    B, Lt, Ls = 3, 4, 6
+    src_mask, _, tgt_mask = ragged_masks(B, Lt, Ls)
+    x = t.randn(B, Ls if side == "encoder" else Lt, D, dtype=dtype)
+    memory = t.randn(B, Ls, D, dtype=dtype) if side == "decoder" else None
+    args = [x, src_mask] if side == "encoder" else [x, memory, src_mask, tgt_mask]
+    what = f"{cls}({n} layers, {'pre' if norm_first else 'post'}-LN{label}) on x {shape_str(x.shape)}"
+    def crash(reply):
+        return CATALOGUE.raising("stack", reply.get("type"), reply.get("message"), p, side, n, norm_first, activation,
+                                 x, memory, src_mask, tgt_mask)
+    reply = t.module(cls, (n, D, HEADS, D_FF), {"norm_first": norm_first, "activation": activation},
+                     calls=[{"args": args}], params=p, dtype="float64" if dtype == torch.float64 else None,
+                     attrs=("norm",), crash=crash)
+    kids = reply["children"]
+    if kids.get("layers") != "ModuleList":
+        t.fail(f"{cls}.layers should be an nn.ModuleList of layers (a plain Python list hides their parameters "
+               f"from the model); it is {kids.get('layers') or 'missing'}.", "layers_not_modulelist")
+    want = TorchStack(p, side, n, norm_first, activation, dtype)(x, memory, src_mask, tgt_mask).detach()
+    t.expect_close(reply["outputs"][0], want, f"The output of {what}",
+                   lambda: CATALOGUE.tried("stack", p, side, n, norm_first, activation, x, memory, src_mask, tgt_mask))
+
+
+@group("m4", "stacks", provides=("Encoder", "Decoder"))
+def stacks(t: Tester):
+    for side in ("encoder", "decoder"):
+        cls = "Encoder" if side == "encoder" else "Decoder"
+        for norm_first in (False, True):
+            reply = t.module(cls, (3, D, HEADS, D_FF), {"norm_first": norm_first})
+            kids = reply["children"]
+            if kids.get("layers") != "ModuleList":
+                t.fail(f"{cls}.layers should be an nn.ModuleList of layers (a plain Python list hides their "
+                       f"parameters from the model: they are not trained, not moved, not counted); it is "
+                       f"{kids.get('layers') or 'not a submodule'}.", "layers_not_modulelist")
+            if reply["shared"]:
+                t.fail(f"In {cls}(3, ...), {', '.join(reply['shared'])} is the same layer object as another: each "
+                       f"layer needs its own weights (build a new layer for each, not [layer] * num_layers).",
+                       "shared_submodule")
+            layers = [k for k, v in kids.items() if k.startswith("layers.") and k.count(".") == 1]
+            if len(layers) != 3:
+                t.fail(f"{cls}(num_layers=3, ...) should hold 3 layers in `layers`; it has {len(layers)}.",
+                       "layer_count")
+            has_norm = kids.get("norm") == "LayerNorm"
+            if norm_first and not has_norm:
+                t.fail(f"{cls}(..., norm_first=True) needs a final `norm` = LayerNorm(d_model) (of blocks.py); it "
+                       f"has {kids.get('norm') or 'none'}.", "final_norm_missing")
+            if not norm_first and "norm" in kids:
+                t.fail(f"{cls}(..., norm_first=False) should have norm = None: post-LN layers already end with a "
+                       f"norm.", "final_norm_in_post_ln")
+        for norm_first in (False, True):
+            _check_stack(t, side, 3, norm_first)
+        _check_stack(t, side, 2, True, "gelu", torch.float32, ", float32")
+
+
+@group("m4", "model", depends=PARTS)
+def model(t: Tester):
+    for norm_first in (False, True):
+        p = model_params(t, 11, 13, 2, norm_first)
+        src, tgt, src_mask, tgt_mask = model_inputs(t)
+        label = f"Transformer(11, 13, d_model={D}, num_layers=2, {'pre' if norm_first else 'post'}-LN)"
+        calls = [{"args": [src, tgt, src_mask, tgt_mask]}, {"args": [src, src_mask], "method": "encode"}]
+        reply = run_model(t, p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, calls=calls)
+        judge = TorchModel(p, 2, norm_first, "relu", torch.float64, 30)
+        memory = judge.encode(src, src_mask).detach()
+        t.expect_close(reply["outputs"][1], memory, f"`{label}.encode(src, src_mask)`")
+        want = judge(src, tgt, src_mask, tgt_mask).detach()
+        t.expect_close(reply["outputs"][0], want, f"The logits of {label} (padding and causal masks)",
+                       lambda: CATALOGUE.tried("model", p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask))
+        dec = run_model(t, p, 2, norm_first, 30, src, tgt, calls=[{"args": [tgt, memory, src_mask, tgt_mask],
+                                                                   "method": "decode"}])["outputs"][0]
+        t.expect_close(dec, judge.decode(tgt, memory, src_mask, tgt_mask).detach(),
+                       f"`{label}.decode(tgt, memory, src_mask, tgt_mask)`")
+    p32 = {k: v.float() for k, v in model_params(t, 11, 13, 2, True).items()}
+    src, tgt, src_mask, tgt_mask = model_inputs(t)
+    reply = run_model(t, p32, 2, True, 30, src, tgt, src_mask, tgt_mask, dtype=torch.float32)
+    want = TorchModel(p32, 2, True, "relu", torch.float32, 30)(src, tgt, src_mask, tgt_mask).detach()
+    t.expect_close(reply["outputs"][0], want, "The logits of a float32 Transformer (pre-LN)")
+
+
+@group("m4", "gradients", depends=PARTS)
+def gradients(t: Tester):
+    p = model_params(t, 11, 13, 2, True)
+    src, tgt, src_mask, tgt_mask = model_inputs(t)
+    judge = TorchModel(p, 2, True, "relu", torch.float64, 30)
+    logits = judge(src, tgt, src_mask, tgt_mask)
+    g = t.randn(*logits.shape)
+    logits.backward(g)
+    want = by_student_name(judge, p)
+    reply = run_model(t, p, 2, True, 30, src, tgt, src_mask, tgt_mask, backward=[g])
+    t.expect_close(reply["outputs"][0], logits.detach(), "The logits of Transformer (pre-LN)",
+                   lambda: CATALOGUE.tried("model", p, 2, True, 30, src, tgt, src_mask, tgt_mask))
+    grads = reply.get("param_grads")
+    if grads is None:
+        t.fail(f"No gradient reached the model's parameters: {reply.get('grad_problem')}.", "graph_cut")
+    for name, w in want.items():
+        got = grads.get(name)
+        if got is None:
+            t.fail(f"No gradient reached `{name}`: the path from it to the logits is cut (.detach(), .data or "
+                   f"torch.no_grad() on the way), or it is not used.", "graph_cut")
+        t.expect_close(got, w, f"The gradient of `{name}`")
+
+
+PAPER = (63_119_496, 63_121_544, 101_007_496)     # tied post-LN, tied pre-LN, untied post-LN
+
+
+@group("m4", "size_tying", depends=PARTS, style=True)
+def size_tying(t: Tester):
+    p = model_params(t, 11, 11, 1, False)
+    src, tgt, src_mask, tgt_mask = model_inputs(t, vocab=(11, 11))
+    reply = run_model(t, p, 1, False, 30, src, tgt, src_mask, tgt_mask)
+    t.works(reply["outputs"][0], TorchModel(p, 1, False, "relu", torch.float64, 30)(src, tgt, src_mask, tgt_mask).detach(),
+            "`Transformer`")
+    for (kwargs, want) in (({"tie_embeddings": True}, PAPER[0]), ({"tie_embeddings": True, "norm_first": True}, PAPER[1]),
+                           ({}, PAPER[2])):
+        reply = t.module("Transformer", (37000, 37000), kwargs, param_values=False, device="meta")
+        label = "Transformer(37000, 37000" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
+        tied = [set(g) for g in reply["tied"]]
+        shared = "; ".join(" = ".join(sorted(g)) for g in tied)     # sorted: the same words every run
+        three = {"src_embed.embedding.weight", "tgt_embed.embedding.weight", "generator.weight"}
+        if kwargs.get("tie_embeddings") and not any(three <= g for g in tied):
+            t.fail(f"In {label}, src_embed.embedding.weight, tgt_embed.embedding.weight and generator.weight should be "
+                   f"one and the same Parameter (assign it: self.generator.weight = self.tgt_embed.embedding.weight); "
+                   f"they are {'tied only in part: ' + shared if tied else 'separate objects (copied values?)'}.",
+                   "tying_by_copy")
+        if not kwargs.get("tie_embeddings") and tied:
+            t.fail(f"{label} without tie_embeddings shares {shared}: the three tables are separate unless tying is asked.",
+                   "tied_by_default")
+        if reply["param_count"] != want:
+            t.fail(f"{label} has {reply['param_count']:,} parameters; the architecture of the paper has {want:,} "
+                   f"(a final norm in post-LN, a missing one in pre-LN, `pe` as a parameter, a shared or missing "
+                   f"layer, or copied instead of shared tables change the count).", "parameter_count")
+    reply = t.module("Transformer", (50, 60), {"tie_embeddings": True, "d_model": D, "num_heads": HEADS,
+                                                "num_layers": 1, "d_ff": D_FF}, allow_error=True)
+    if reply.get("ok") or reply.get("type") != "ValueError":
+        t.fail("Transformer(50, 60, tie_embeddings=True) should raise ValueError (one table cannot serve two "
+               f"vocabularies of different sizes); it {'was created' if reply.get('ok') else 'raised ' + str(reply.get('type'))}.",
+               "tie_different_vocabs")
+
+
+@group("m4", "init", depends=PARTS, style=True)
+def init(t: Tester):
+    p = model_params(t, 11, 11, 1, False)
+    src, tgt, src_mask, tgt_mask = model_inputs(t, vocab=(11, 11))
+    reply = run_model(t, p, 1, False, 30, src, tgt, src_mask, tgt_mask)
+    t.works(reply["outputs"][0], TorchModel(p, 1, False, "relu", torch.float64, 30)(src, tgt, src_mask, tgt_mask).detach(),
+            "`Transformer`")
+    reply = t.module("Transformer", (300, 400), {"d_model": 32, "num_heads": 4, "num_layers": 2, "d_ff": 64}, seed=7)
+    for name, w in reply["params"].items():
+        if w.dim() > 1:
+            fan_out, fan_in = w.shape[0], w[0].numel()
+            bound = math.sqrt(6 / (fan_in + fan_out))
+            if w.abs().max().item() > bound * (1 + 1e-6) or w.std().item() < 0.8 * bound / math.sqrt(3):
+                t.fail(f"`{name}` {shape_str(w.shape)} is not Xavier-uniform initialised: its values should fill "
+                       f"[-{bound:.4f}, {bound:.4f}] (sqrt(6 / (fan_in + fan_out))). Apply nn.init.xavier_uniform_ to "
+                       f"every parameter with more than one dimension, after tying.", "not_xavier")
+        elif name.endswith(("norm1.weight", "norm2.weight", "norm3.weight", "norm.weight")) and not torch.all(w == 1):
+            t.fail(f"`{name}` should keep its default (ones): only parameters with more than one dimension are "
+                   f"re-initialised.", "norms_reinitialised")
+
+
+@group("m4", "behaviour", depends=PARTS, style=True)
+def behaviour(t: Tester):
+    p = model_params(t, 11, 13, 2, False)
+    src, tgt, src_mask, tgt_mask = model_inputs(t)
+    judge = TorchModel(p, 2, False, "relu", torch.float64, 30)
+    base = run_model(t, p, 2, False, 30, src, tgt, src_mask, tgt_mask)["outputs"][0]
+    t.works(base, judge(src, tgt, src_mask, tgt_mask).detach(), "`Transformer`")
+    later = tgt.clone()
+    later[:, 3:] = (later[:, 3:] % 12) + 1
+    out = run_model(t, p, 2, False, 30, src, later, src_mask, tgt_mask)["outputs"][0]
+    if not torch.allclose(out[:, :3], base[:, :3], atol=1e-10):
+        t.fail("Changing target tokens at positions 3 and later changed the logits at positions 0..2: with a causal "
+               "tgt_mask no position may see later ones (pass tgt_mask down to every decoder layer).", "looks_ahead")
+    padded = src.clone()
+    padded[~src_mask[:, 0, :]] = 5
+    out = run_model(t, p, 2, False, 30, padded, tgt, src_mask, tgt_mask)["outputs"][0]
+    if not torch.allclose(out, base, atol=1e-10):
+        t.fail("Changing padded source tokens changed the logits: the source padding mask must reach every "
+               "encoder layer and every cross-attention.", "padding_not_ignored")
+    alone = run_model(t, p, 2, False, 30, src[1:2], tgt[1:2], src_mask[1:2], tgt_mask[1:2])["outputs"][0]
+    if not torch.allclose(alone, base[1:2], atol=1e-10):
+        t.fail("Batch item 1 gets different logits alone than inside the batch: batch items must not mix.",
+               "batch_mixing")
+    ev = run_model(t, p, 2, False, 30, src, tgt, src_mask, tgt_mask, dropout=0.5,
+                   calls=[{"args": [src, tgt, src_mask, tgt_mask], "seed": s} for s in (1, 2)])["outputs"]
+    if not torch.equal(ev[0], ev[1]):
+        t.fail("Transformer(dropout=0.5) in eval mode gives different logits for the same input: dropout must act in "
+               "training mode only.", "dropout_in_eval")
+
+
+@group("m4", "vectorization", depends=PARTS, style=True, observes=True)
+def vectorization(t: Tester):
+    def count(B, Ls, Lt):
+        p = model_params(t, 11, 13, 2, True)
+        src, tgt = _tokens(t, B, Ls, 11), _tokens(t, B, Lt, 13)
+        reply = run_model(t, p, 2, True, 30, src, tgt, record=True)
+        t.works(reply["outputs"][0], TorchModel(p, 2, True, "relu", torch.float64, 30)(src, tgt).detach(),
+                "`Transformer`")
+        return reply["record"]["op_count"]
+
+    b, ls, lt = t.grown(2, 9, 25), t.grown(3, 9, 25), t.grown(4, 9, 25)     # beyond any small padded count
+    t.expect_constant_ops({"base": count(2, 3, 4), f"the batch grew from 2 to {b}": count(b, 3, 4),
+                           f"the source grew from 3 to {ls}": count(2, ls, 4),
+                           f"the target grew from 4 to {lt}": count(2, 3, lt)},
+                          "base size", "Transformer.forward", "Work on whole [B, L, ...] tensors; the only loop "
+                          "expected is the one over the layers.", limit=700)
+
+
+@group("m4", "from_scratch", depends=PARTS, style=True, observes=True)
+def from_scratch(t: Tester):
+    p = model_params(t, 11, 13, 2, True)
+    src, tgt, src_mask, tgt_mask = model_inputs(t)
+    reply = run_model(t, p, 2, True, 30, src, tgt, src_mask, tgt_mask, record=True)
+    t.works(reply["outputs"][0], TorchModel(p, 2, True, "relu", torch.float64, 30)(src, tgt, src_mask, tgt_mask).detach(),
+            "`Transformer`")
+    record = dict(reply["record"])
+    record["functions"] = record["functions"] + reply.get("submodules", [])
+    t.expect_allowed(record, "Transformer")
