@@ -18,7 +18,7 @@ import ast
 import re
 from pathlib import Path
 
-from autograder import markers
+from autograder.authoring import markers
 
 TESTS = Path(__file__).resolve().parent
 _BASE = re.compile(r"^BASE:\s*(\S+)\s*$", re.M)

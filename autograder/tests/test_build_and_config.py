@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from autograder import build, config, markers
+from autograder.authoring import build, markers
+from autograder import config
 from conftest import COURSE
 
 

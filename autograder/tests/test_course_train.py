@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import config, markers, train
+from autograder import config
+from autograder.authoring import markers
+from autograder.capstone import train
 
 COURSE = config.load()
 pytestmark = pytest.mark.slow

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import config, markers
+from autograder import config
+from autograder.authoring import markers
 from autograder.integrations.batch.run import grade_class
 from autograder.grading.grade import check_groups
 from derived import subject_text

@@ -168,7 +168,7 @@ def run(cwd, *args, check=True):
 def reference(course: Path, rel: str) -> str:
     sys.path.insert(0, str(course))
     try:
-        from autograder import markers
+        from autograder.authoring import markers
     finally:
         sys.path.pop(0)
     return markers.make_reference((course / "solutions" / rel).read_text())

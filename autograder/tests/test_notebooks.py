@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from autograder import config, notebook
+from autograder import config
+from autograder.authoring import notebook
 
 COURSE = config.load()
 

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli, config, markers, train
+from autograder import cli, config
+from autograder.authoring import markers
+from autograder.capstone import train
 from autograder.sandbox import bwrap
 
 COURSE = config.load()

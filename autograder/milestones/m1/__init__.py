@@ -1,0 +1,1 @@
+"""Milestone m1's hidden checks (checks.py)."""

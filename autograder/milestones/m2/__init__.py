@@ -1,0 +1,1 @@
+"""Milestone m2's hidden checks (checks.py)."""

@@ -1,0 +1,1 @@
+"""Milestone m3's hidden checks (checks.py)."""

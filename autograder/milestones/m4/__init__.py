@@ -1,0 +1,1 @@
+"""Milestone m4's hidden checks (checks.py)."""

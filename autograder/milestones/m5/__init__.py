@@ -1,0 +1,1 @@
+"""Milestone m5's hidden checks (checks.py)."""

@@ -1,0 +1,1 @@
+"""Milestone m6's hidden checks (checks.py)."""
