@@ -69,12 +69,16 @@ def stand_ins(milestone: str, **objects) -> None:
 
 
 class CheckFailed(Exception):
-    """A check found a problem; the message is for the student. `cause`: a catalogue id, when named."""
+    """A check found a problem; the message is for the student. `mistake`: the known mistake it shows, when
+    named (`cause` is its id, `cause_text` the sentence a later group failing the same way repeats)."""
 
-    def __init__(self, message: str, cause: str | None = None, cause_text: str | None = None):
+    def __init__(self, message: str, mistake: Mistake | None = None):
         super().__init__(message)
-        self.cause = cause
-        self.cause_text = cause_text
+        if mistake is not None and not isinstance(mistake, Mistake):
+            raise TypeError(f"a failure names a Mistake (declared in the milestone's catalogue), not {mistake!r}")
+        self.mistake = mistake
+        self.cause = mistake.id if mistake else None
+        self.cause_text = (mistake.text or message) if mistake else None
 
 
 class NotJudged(CheckFailed):
@@ -158,14 +162,14 @@ class Tester:
             text = student_error(reply, what)
             self._not_judged_if_style(text.rstrip("."))
             if reply.get("kind") == "params":
-                raise CheckFailed(text, "parameter_names", text)
+                raise CheckFailed(text, diagnosis.PARAMETER_NAMES)
             if reply.get("kind") == "shared":
-                raise CheckFailed(text, "shared_submodule", text)
+                raise CheckFailed(text, diagnosis.SHARED_SUBMODULE)
             mistake = crash(reply) if crash is not None and reply.get("kind") == "exception" else None
             if mistake is None and reply.get("kind") == "exception":
                 mistake = diagnosis.error_cause(reply.get("message"))
             if mistake is not None:
-                raise CheckFailed(f"{text}\nLikely cause: {mistake.text}", mistake.id, mistake.text)
+                raise CheckFailed(f"{text}\nLikely cause: {mistake.text}", mistake)
             raise CheckFailed(text)
         return reply
 
@@ -222,10 +226,10 @@ class Tester:
         signature is known only once a call with the stub's arguments has worked)."""
         self.blamed.append(name)
 
-    def fail(self, message: str, cause: str | None = None, cause_text: str | None = None):
-        """Fail the group. A named `cause` lets later groups failing the same way say so in one line
-        (with `cause_text`, or else this message)."""
-        raise CheckFailed(message, cause, (cause_text or message) if cause else None)
+    def fail(self, message: str, mistake: Mistake | None = None):
+        """Fail the group. A named `mistake` lets later groups failing the same way say so in one line
+        (with its text, or else this message)."""
+        raise CheckFailed(message, mistake)
 
     def expect_tensor(self, value, what: str, shape=None, dtype=None) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):
@@ -234,7 +238,7 @@ class Tester:
             self.fail(f"{what} should have shape {shape_str(shape)}, but it has shape {shape_str(value.shape)}.")
         if dtype is not None and value.dtype != dtype:
             self.fail(f"{what} should have dtype {dtype_str(dtype)}, but it has dtype {dtype_str(value.dtype)}: keep "
-                      f"the input's dtype.", "lower_precision" if dtype == torch.float64 else "dtype_changed")
+                      f"the input's dtype.", diagnosis.LOWER_PRECISION if dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
         return value
 
     def expect_pair(self, value, what: str, names="(output, weights)") -> tuple:
@@ -276,7 +280,7 @@ class Tester:
                        f"(relative error {diagnosis.relative_error(a, e):.2g}).")
         cause = self.explain(actual, expected, mistakes, probes, atol, rtol, inputs_dtype)
         if cause is not None:
-            raise CheckFailed(f"{message} Likely cause: {cause.text}", cause.id, cause.text)
+            raise CheckFailed(f"{message} Likely cause: {cause.text}", cause)
         raise CheckFailed(message)
 
     def explain(self, actual, expected, mistakes=(), probes=(), atol=None, rtol=None, inputs_dtype=None):
@@ -288,15 +292,14 @@ class Tester:
         # A mistake that reproduces the answer to full precision beats every other explanation; then
         # lower precision (the simplest one); then mistakes that match only to float32 accuracy. At each
         # step, two different mistakes that both fit prove neither: then nothing is named.
-        exact = {m.id: m for m, v in candidates if diagnosis.matches(actual, v, expected, atol, rtol, loose=False)}
-        if exact:
-            return next(iter(exact.values())) if len(exact) == 1 else None
+        if any(diagnosis.matches(actual, v, expected, atol, rtol, loose=False) for _, v in candidates):
+            return diagnosis.reproducing(candidates, lambda v: diagnosis.matches(actual, v, expected, atol, rtol,
+                                                                                 loose=False))
         precision = diagnosis.lower_precision(actual, expected, inputs_dtype)
         if precision:
-            return Mistake("lower_precision", precision)
-        loose = {m.id: m for m, v in candidates if diagnosis.matches(actual, v, expected, atol, rtol)}
-        if loose:
-            return next(iter(loose.values())) if len(loose) == 1 else None
+            return diagnosis.LOWER_PRECISION.saying(precision)
+        if any(diagnosis.matches(actual, v, expected, atol, rtol) for _, v in candidates):
+            return diagnosis.reproducing(candidates, lambda v: diagnosis.matches(actual, v, expected, atol, rtol))
         for probe in probes:
             found = probe()
             if found is not None:
@@ -321,8 +324,8 @@ class Tester:
             if used:
                 # Name what the student wrote (Python names) rather than ATen's internals, when we can.
                 shown = [n for n in used if not n.startswith("aten::")] or used
-                self.fail(f"`{func}` uses {', '.join(shown[:3])}: do not use {rule.plain}.", "forbidden_api",
-                          f"it uses {rule.plain}, which this milestone does not allow.")
+                self.fail(f"`{func}` uses {', '.join(shown[:3])}: do not use {rule.plain}.",
+                          diagnosis.FORBIDDEN_API.saying(f"it uses {rule.plain}, which this milestone does not allow."))
 
     def expect_constant_ops(self, counts: dict, base_label: str, func: str, advice: str, limit: int | None = None):
         """Vectorization: `counts` maps 'what grew' -> op count; the first entry is the base size. `limit`:
@@ -332,16 +335,15 @@ class Tester:
         if self.numpy_seen:
             self.fail(f"`{func}` worked on tensor data outside torch (.numpy(), .tolist(), numpy arrays, "
                       f"torch.from_numpy): the grader counts tensor operations to find loops, and work done there "
-                      f"cannot be counted. Compute with torch operations only.", "numpy_work",
-                      "part of the computation ran in numpy, where no loop can be seen.")
+                      f"cannot be counted. Compute with torch operations only.", diagnosis.NUMPY_WORK)
         if limit is not None and base > limit:
             self.fail(f"`{func}` ran {base} tensor operations at the {base_label}, where a version without Python "
                       f"loops needs at most about {limit}: that points to a loop that runs a fixed number of times "
-                      f"(for example over a padded batch). {advice}", "python_loop")
+                      f"(for example over a padded batch). {advice}", diagnosis.PYTHON_LOOP)
         for label, n in grown:
             if n != base:
                 self.fail(f"`{func}` ran {base} tensor operations at the {base_label} but {n} when {label}: "
-                          f"that points to a Python loop over that dimension. {advice}", "python_loop")
+                          f"that points to a Python loop over that dimension. {advice}", diagnosis.PYTHON_LOOP)
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,47 +22,67 @@ FLOAT32_REL = 1e-5
 FLOAT32_ABS = 1e-5
 
 
+MISTAKES: dict[str, dict[str, "Mistake"]] = {}     # milestone -> id -> every mistake it declares
+
+
 @dataclass(frozen=True)
 class Mistake:
-    """A known mistake: `id` (named in mutants' DIAGNOSIS lines) and the sentence a student reads."""
+    """A known mistake: its `id` (named in mutants' DIAGNOSIS lines), the sentence a student reads (`text`;
+    empty when the failure's own message says it) and, where the judge can recompute it, `reproduce`: the
+    mistake's own computation (a probe's inputs -> what a student who made it returns, or None where it
+    cannot happen). Calling a Mistake runs that computation."""
     id: str
-    text: str
+    text: str = ""
+    reproduce: Callable | None = field(default=None, compare=False, repr=False)
+
+    def __call__(self, *args, **kwargs):
+        return self.reproduce(*args, **kwargs)
+
+    def saying(self, text: str) -> "Mistake":
+        """The same mistake, with a sentence that names what this input showed."""
+        return Mistake(self.id, text, self.reproduce)
 
 
 @dataclass
 class Catalogue:
-    """A milestone's known mistakes, grouped by the kind of answer they produce.
-
-    `@catalogue.entry(kind, id, text)` registers a function taking the probe's inputs and returning
-    what the mistake would return (or None where it does not apply to these inputs).
-    """
+    """A milestone's known mistakes: `mistake(id, text)` declares one, and `@entry(kind, id, text)` one with
+    its computation (the decorated function, which becomes the Mistake: calling it still computes),
+    grouped by the kind of answer it reproduces."""
     milestone: str
-    entries: dict[str, list[tuple[Mistake, Callable]]] = field(default_factory=dict)
+    entries: dict[str, list[Mistake]] = field(default_factory=dict)
+
+    def mistake(self, mid: str, text: str = "", *, kind: str | None = None, reproduce: Callable | None = None
+                ) -> Mistake:
+        m = Mistake(mid, text, reproduce)
+        known = MISTAKES.setdefault(self.milestone, {})
+        # One id may be declared again with its own sentence (another computation of it, or another piece of
+        # evidence for it), never without one: a failure naming it would not say what the catalogue says.
+        if mid in known and known[mid] != m and not (text and known[mid].text):
+            raise ValueError(f"{self.milestone}: the mistake {mid!r} is declared twice")
+        known.setdefault(mid, m)
+        if kind is not None:
+            self.entries.setdefault(kind, []).append(m)
+        return m
 
     def entry(self, kind: str, mid: str, text: str):
-        def register(fn):
-            self.entries.setdefault(kind, []).append((Mistake(mid, text), fn))
-            return fn
-        return register
+        return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn)
 
     def deviations(self, kind: str, judge: Callable, table) -> list[tuple[Mistake, dict]]:
         """Register each (id, text, switches) of `table` as `judge(*args, **switches)`: a mistake that
         is the right computation with some switches flipped. Returns [(mistake, switches)]."""
-        out = []
-        for mid, text, switches in table:
-            self.entry(kind, mid, text)(functools.partial(judge, **switches))
-            out.append((self.entries[kind][-1][0], switches))
-        return out
+        return [(self.mistake(mid, text, kind=kind, reproduce=functools.partial(judge, **switches)), switches)
+                for mid, text, switches in table]
 
     def mistakes(self) -> dict[str, Mistake]:
-        return {m.id: m for items in self.entries.values() for m, _ in items}
+        """Every mistake this milestone declares, by id."""
+        return dict(MISTAKES.get(self.milestone, {}))
 
     def tried(self, kind: str, *args, part: int | None = None, **kwargs) -> list[tuple[Mistake, object]]:
         """(mistake, what it returns) for every entry of `kind`; `part` picks one item of a tuple answer."""
         out = []
-        for mistake, fn in self.entries.get(kind, []):
+        for mistake in self.entries.get(kind, []):
             try:
-                value = fn(*args, **kwargs)
+                value = mistake(*args, **kwargs)
             except Exception:      # the mistake cannot happen with these shapes
                 value = None
             if value is not None and part is not None:
@@ -76,14 +96,26 @@ class Catalogue:
         """The entry of `kind` that raises the student's error (same type, same message) on the same
         arguments: a student whose code fails exactly like that most likely made that mistake."""
         found = {}
-        for mistake, fn in self.entries.get(kind, []):
+        for mistake in self.entries.get(kind, []):
             try:
-                fn(*args, **kwargs)
+                mistake(*args, **kwargs)
             except Exception as e:
                 if same_error(e, error_type, message):
                     found[mistake.id] = mistake
-        # Two different mistakes failing the same way prove neither: name one only when it is alone.
-        return next(iter(found.values())) if len(found) == 1 else None
+        return alone(found.values())
+
+
+def alone(mistakes) -> Mistake | None:
+    """The mistake, when exactly one (by id) fits: two different mistakes that fit prove neither."""
+    found = {m.id: m for m in mistakes}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def reproducing(candidates, same: Callable) -> Mistake | None:
+    """The one mistake whose own computation gives the student's answer. `candidates`: (Mistake, what it
+    returns) pairs; `same(value)`: is this the student's answer (and not the right one)? The comparison
+    is the caller's: tensors to a tolerance, tokens and numbers exactly, text by its words."""
+    return alone(m for m, value in candidates if same(value))
 
 
 def same_error(exc: BaseException, error_type: str, message: str) -> bool:
@@ -140,6 +172,15 @@ def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, 
         return torch.allclose(a, v, atol=atol, rtol=rtol, equal_nan=True)
     return torch.allclose(a, v, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True)
 
+
+# Mistakes every milestone can show, declared once.
+LOWER_PRECISION = Mistake("lower_precision")       # its text says what the answer showed (see lower_precision)
+DTYPE_CHANGED = Mistake("dtype_changed")
+FORBIDDEN_API = Mistake("forbidden_api")
+PARAMETER_NAMES = Mistake("parameter_names")
+SHARED_SUBMODULE = Mistake("shared_submodule")
+PYTHON_LOOP = Mistake("python_loop")
+NUMPY_WORK = Mistake("numpy_work", "part of the computation ran in numpy, where no loop can be seen.")
 
 # Errors whose message alone says what went wrong, whatever the milestone: (pattern, Mistake).
 ERROR_PATTERNS = [

@@ -481,7 +481,41 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
             obj = getattr(obj, part, None)
         return obj
 
+    def shape_of(obj, st, values):
+        """What the judge reads of a built module: parameters (values or sizes), their count, tying, submodules."""
+        return {"ok": True,
+                "params": {k: plain(v) if values else list(size_of(v)) for k, v in st["params"].items()},
+                "param_count": sum(numel(v) for v in st["params"].values()),
+                "tied": st["tied"],
+                "submodules": sorted({f"nn.{type_name(type(m))}" for _, m in st["mods"]
+                                      if type(m).__module__.startswith("torch.")}),
+                "children": {k: type_name(type(m)) for k, m in st["mods"] if k},
+                "shared": st["shared"]}
+
+    def load_given(req, obj):
+        """The request's dtype, then its parameters and buffers, into the module; an error reply, or None."""
+        st = structure(obj)
+        if req.get("dtype") == "float64":
+            obj.double()
+            st = structure(obj)
+        for field, kind in (("params", "parameter"), ("buffers_in", "buffer")):
+            given = req.get(field) or {}
+            if given:
+                problem = load_tensors(req, st, "params" if field == "params" else "buffers", given, kind)
+                if problem:
+                    return problem
+        return None
+
+    def gradients(req, obj, outputs, args):
+        """Backward from the last output with the judge's grad_output: parameter and input gradients."""
+        ran, why = backward(tensors_in(outputs[-1], []), req["backward"])
+        return {"grad_problem": why,
+                "param_grads": {k: plain(p.grad) for k, p in structure(obj)["params"].items()} if ran else None,
+                "input_grads": ([plain(a.grad) if issubclass(type(a), Tensor) else None for a in args]
+                                if ran else None)}
+
     def op_module(req):
+        """Build the student's module, describe it, load the judge's weights, run the calls (and backward)."""
         try:
             module = load(req["module"])
         except BaseException as e:
@@ -489,39 +523,20 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
         obj, problem = build(req, module)
         if problem:
             return problem
-        st = structure(obj)
-        values = req.get("param_values", True)
-        reply = {"ok": True,
-                 "params": {k: plain(v) if values else list(size_of(v)) for k, v in st["params"].items()},
-                 "param_count": sum(numel(v) for v in st["params"].values()),
-                 "tied": st["tied"],
-                 "submodules": sorted({f"nn.{type_name(type(m))}" for _, m in st["mods"]
-                                       if type(m).__module__.startswith("torch.")}),
-                 "children": {k: type_name(type(m)) for k, m in st["mods"] if k},
-                 "shared": st["shared"]}
+        reply = shape_of(obj, structure(obj), req.get("param_values", True))
         try:
-            if req.get("dtype") == "float64":
-                obj.double()
-                st = structure(obj)
-            for field, kind in (("params", "parameter"), ("buffers_in", "buffer")):
-                given = req.get(field) or {}
-                if given:
-                    problem = load_tensors(req, st, "params" if field == "params" else "buffers", given, kind)
-                    if problem:
-                        return problem
-            reply["buffers"] = {k: plain(v) for k, v in structure(obj)["buffers"].items()} if req.get("buffers") else None
+            problem = load_given(req, obj)
+            if problem:
+                return problem
+            buffers = structure(obj)["buffers"] if req.get("buffers") else None
+            reply["buffers"] = {k: plain(v) for k, v in buffers.items()} if buffers is not None else None
             obj.train(bool(req.get("train", False)))
             outputs, attrs, attrs_grad, args_after, args = run_calls(req, obj)
             audit("course.check", outputs)
             reply.update(outputs=[plain(o) for o in outputs], attrs=attrs, attrs_require_grad=attrs_grad,
                          args_after=args_after)
             if req.get("backward") is not None and outputs:
-                ran, why = backward(tensors_in(outputs[-1], []), req["backward"])
-                reply["grad_problem"] = why
-                reply["param_grads"] = ({k: plain(p.grad) for k, p in structure(obj)["params"].items()}
-                                        if ran else None)
-                reply["input_grads"] = ([plain(a.grad) if issubclass(type(a), Tensor) else None for a in args]
-                                        if ran else None)
+                reply.update(gradients(req, obj, outputs, args))
         except NotImplementedError as e:
             return error("not_implemented", e)
         except Exception as e:
@@ -573,4 +588,5 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
     return serve, [worker_main, read_exact, send, decode, encode_tensor, plain, tensors_in, student_frames, error,
                    measured, load, target, compile_trusted, collect_code, functions_of, Patched.__enter__,
                    Patched.__exit__, Patched.__init__, describe_arg, wrap, wrap_reference, own, walk, structure,
-                   op_import, op_call, backward, build, load_tensors, run_calls, dotted, op_module, op_run, serve]
+                   op_import, op_call, backward, build, load_tensors, run_calls, dotted, shape_of, load_given,
+                   gradients, op_module, op_run, serve]

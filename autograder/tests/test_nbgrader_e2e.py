@@ -270,7 +270,7 @@ def course(tmp_path_factory):
     """A fresh course directory built and released the way the README tells instructors to."""
     t0 = time.monotonic()
     root = tmp_path_factory.mktemp("course")
-    ignore = shutil.ignore_patterns("__pycache__", "tests", "samples", "batch")
+    ignore = shutil.ignore_patterns("__pycache__", "tests", "samples")
     shutil.copytree(ROOT / "autograder", root / "autograder", ignore=ignore)
     shutil.copytree(ROOT / "solutions", root / "solutions", ignore=shutil.ignore_patterns("__pycache__"))
     for f in ("course.yaml", "nbgrader_config.py"):

@@ -15,11 +15,14 @@ import torch.nn.functional as F
 
 from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
 from autograder.milestones.reference import attention_weights
-from autograder.grading.diagnosis import Catalogue, Mistake
+from autograder.milestones.m1.mistakes import (
+    CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
+    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DTYPE_CHANGED, GRAPH_CUT,
+    INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW, PADDING_COMPARE, PADDING_MASK_INVERTED,
+    PADDING_MASK_NO_QUERY_DIM, PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN)
 
 SDPA = "scaled_dot_product_attention"
 ATTENTION_GROUPS = ("softmax",)          # what every attention group depends on
-CATALOGUE = Catalogue("m1")
 
 
 # ---- expected values (judge side) ---------------------------------------------------------
@@ -170,6 +173,9 @@ def _softmax_naive(x, dim=-1):
     return _finite_or_zero(e / e.sum(dim, keepdim=True))
 
 
+SOFTMAX_OVERFLOW = _softmax_naive
+
+
 @CATALOGUE.entry("softmax", "softmax_global_max", "one max of the whole tensor is subtracted; subtract each "
                  "slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global "
                  "max underflow to 0.")
@@ -195,9 +201,9 @@ def output_not_from_weights(out, w, v):
         atol = 1e-6 if out.dtype == torch.float32 else 1e-9
         try:
             if not torch.allclose(out.to(torch.float64), (w.to(torch.float64) @ v.to(torch.float64)), atol=atol):
-                return Mistake("output_not_from_weights", "the weights returned are not the ones the output "
-                               "was computed with: return the weights that made the output (after masking and "
-                               "dropout), and compute output = weights @ v.")
+                return CATALOGUE.mistake("output_not_from_weights", "the weights returned are not the ones the output "
+                                         "was computed with: return the weights that made the output (after masking and "
+                                         "dropout), and compute output = weights @ v.")
         except RuntimeError:
             return None
     return None
@@ -253,7 +259,7 @@ def pair(t: Tester, value, q, k, v, what):
     if (isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and out_shape != w_shape
             and tuple(out.shape) == w_shape and tuple(w.shape) == out_shape):
         t.fail(f"{what} returned (weights, output): return them in the order (output, weights).",
-               "swapped_return", "it returns (weights, output); return them in the order (output, weights).")
+               SWAPPED_RETURN)
     return out, w
 
 
@@ -274,7 +280,7 @@ def check_attention(t: Tester, q, k, v, mask=None, label="", atol=None, got=None
                         tuple(o.shape) == tuple(out.shape)), None) if isinstance(w, torch.Tensor) \
             and isinstance(out, torch.Tensor) else None
         if mistake is not None:
-            raise CheckFailed(f"{e}{shape_hint} Likely cause: {mistake.text}", mistake.id, mistake.text) from None
+            raise CheckFailed(f"{e}{shape_hint} Likely cause: {mistake.text}", mistake) from None
         raise CheckFailed(f"{e}{shape_hint}") from None
     t.expect_close(w, exp_w, f"The weights from {what}", lambda: [(m, p[1]) for m, p in tried()], atol=atol)
     t.expect_close(out, exp_out, f"The output from {what}", lambda: [(m, p[0]) for m, p in tried()], atol=atol,
@@ -299,7 +305,7 @@ def softmax_values(t: Tester):
     if torch.isnan(got).any():
         t.fail("`softmax` of a row that is entirely -inf gives NaN; it must give zeros (there is nothing to "
                "attend to). Guard the max you subtract, and the sum you divide by, for such rows.",
-               "softmax_nan_blocked_row")
+               SOFTMAX_NAN_BLOCKED_ROW)
     t.expect_close(got, torch.nan_to_num(torch.softmax(blocked, -1), nan=0.0),
                    "`softmax` of [[0.5, -inf, 1.5, -inf], [-inf, -inf, -inf, -inf]]")
     x32 = t.randn(2, 5, dtype=torch.float32)
@@ -307,7 +313,7 @@ def softmax_values(t: Tester):
     t.expect_close(got, torch.softmax(x32, -1), "`softmax` of a float32 tensor [2, 5]")
     if got.dtype != torch.float32:
         t.fail(f"`softmax` of a float32 tensor returns {describe(got)}: keep the input's dtype (a float64 tensor "
-               f"created inside, or .double(), changes it).", "dtype_changed")
+               f"created inside, or .double(), changes it).", DTYPE_CHANGED)
 
 
 @group("m1", "mask_helpers", provides=("padding_mask", "causal_mask"))
@@ -323,22 +329,22 @@ def mask_helpers(t: Tester):
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6):
             t.fail(f"{what} has shape [3, 6]; it should be [3, 1, 6]: add the query dimension of size 1 "
                    f"((tokens != pad_id).unsqueeze(1)) so the mask broadcasts over the queries.",
-                   "padding_mask_no_query_dim")
+                   PADDING_MASK_NO_QUERY_DIM)
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6, 1):
             t.fail(f"{what} has shape [3, 6, 1]; it should be [3, 1, 6]. With the size-1 dimension last it "
-                   f"masks queries, not keys: use .unsqueeze(1).", "padding_mask_on_queries")
+                   f"masks queries, not keys: use .unsqueeze(1).", PADDING_MASK_ON_QUERIES)
         got = t.expect_tensor(got, what, shape=(3, 1, 6))
         if got.dtype != torch.bool:
             t.fail(f"{what} has dtype {str(got.dtype).replace('torch.', '')}; masks are bool (True = may attend).",
-                   "mask_not_bool")
+                   MASK_NOT_BOOL)
         want = (tokens != pad_id).unsqueeze(1)
         if torch.equal(got, ~want):
             t.fail(f"{what} is inverted: it must be True where the token is real (tokens != pad_id).",
-                   "padding_mask_inverted")
+                   PADDING_MASK_INVERTED)
         for wrong in ((tokens > pad_id), (tokens >= pad_id), (tokens < pad_id)):
             if torch.equal(got, wrong.unsqueeze(1)) and not torch.equal(got, want):
                 t.fail(f"{what} compares the ids with <, > or >=: a token id below (or above) pad_id is a real "
-                       f"token too. Use tokens != pad_id.", "padding_compare")
+                       f"token too. Use tokens != pad_id.", PADDING_COMPARE)
         if not torch.equal(got, want):
             t.fail(f"{what} gives the wrong values: expected True exactly where tokens != pad_id.")
     for size in (1, 5):
@@ -346,18 +352,18 @@ def mask_helpers(t: Tester):
         got = t.expect_tensor(t.call("causal_mask", size)["value"], what, shape=(size, size))
         if got.dtype != torch.bool:
             t.fail(f"{what} has dtype {str(got.dtype).replace('torch.', '')}; masks are bool (True = may "
-                   f"attend): build it from torch.ones(size, size, dtype=torch.bool).", "mask_not_bool")
+                   f"attend): build it from torch.ones(size, size, dtype=torch.bool).", MASK_NOT_BOOL)
         want = torch.ones(size, size, dtype=torch.bool).tril()
         if not torch.equal(got, want):
             if torch.equal(got, want.T):
                 t.fail(f"{what} is transposed: row i (a query) may attend to keys j <= i, so True must be "
-                       f"on and below the diagonal (tril), not above it.", "causal_transposed")
+                       f"on and below the diagonal (tril), not above it.", CAUSAL_TRANSPOSED)
             if torch.equal(got, want.tril(-1)):
                 t.fail(f"{what} leaves out the diagonal: a position may attend to itself (j <= i).",
-                       "causal_no_diagonal")
+                       CAUSAL_NO_DIAGONAL)
             if torch.equal(got, ~want):
                 t.fail(f"{what} is inverted: True must mean 'may attend' (on and below the diagonal).",
-                       "causal_inverted")
+                       CAUSAL_INVERTED)
             t.fail(f"{what} gives the wrong values: expected True on and below the diagonal.")
     got = t.call("causal_mask", 3, device="cpu")["value"]
     t.expect_tensor(got, "`causal_mask(3, device='cpu')`", shape=(3, 3), dtype=torch.bool)
@@ -366,7 +372,7 @@ def mask_helpers(t: Tester):
     if isinstance(got, torch.Tensor):
         t.fail("`causal_mask(3, device='meta')` returned a tensor on the CPU: create the mask on the "
                "`device` you are given (torch.ones(..., device=device)), or models on a GPU will fail.",
-               "causal_ignores_device")
+               CAUSAL_IGNORES_DEVICE)
     if not (isinstance(got, dict) and got.get("__object__") == "Tensor on meta"):
         t.fail(f"`causal_mask(3, device='meta')` should return a tensor on that device, but returned "
                f"{describe(got)}.")
@@ -411,7 +417,7 @@ def masking(t: Tester):
         if isinstance(w, torch.Tensor) and torch.isnan(w).any():
             t.fail(f"The weights from {what} and {label} contain NaN. A query row whose keys are all masked "
                    f"must get all-zero weights (and a zero output), as in F.scaled_dot_product_attention.",
-                   "nan_blocked_row")
+                   NAN_BLOCKED_ROW)
         check_attention(t, q_, k_, v_, mask, label, got=got)
 
 
@@ -442,14 +448,14 @@ def stability(t: Tester):
     x = t.randn(2, 6, scale=1e4)
     got = t.expect_tensor(t.call("softmax", x)["value"], "`softmax` of logits around 1e4", shape=x.shape)
     if not torch.isfinite(got).all():
-        t.fail(f"`softmax` of logits around 1e4 gives inf or NaN. Likely cause: {overflow}", "softmax_overflow")
+        t.fail(f"`softmax` of logits around 1e4 gives inf or NaN. Likely cause: {overflow}", SOFTMAX_OVERFLOW)
     t.expect_close(got, torch.softmax(x, -1), "`softmax` of logits around 1e4",
                    lambda: [(m, v) for m, v in CATALOGUE.tried("softmax", x) if m.id not in ruled_out])
     x32 = t.randn(2, 6, dtype=torch.float32, scale=300.0)
     got = t.expect_tensor(t.call("softmax", x32)["value"], "`softmax` of float32 logits around 300", shape=x32.shape)
     if not torch.isfinite(got).all():
         t.fail(f"`softmax` of float32 logits around 300 gives inf or NaN. Likely cause: {overflow}",
-               "softmax_overflow")
+               SOFTMAX_OVERFLOW)
     t.expect_close(got, torch.softmax(x32, -1), "`softmax` of float32 logits around 300",
                    lambda: CATALOGUE.tried("softmax", x32))
     q, k, v = attention_inputs(t, (2,), 4, 5, 4, 3, scale=100.0)     # scores around 1e4
@@ -458,7 +464,7 @@ def stability(t: Tester):
         value = t.expect_tensor(value, f"The {name} from {got[2]}")
         if not torch.isfinite(value).all():
             t.fail(f"The {name} from attention with scores around 1e4 contain inf or NaN: attention must use "
-                   f"a softmax that subtracts the max.", "softmax_overflow")
+                   f"a softmax that subtracts the max.", SOFTMAX_OVERFLOW)
     # Weights are nearly one-hot here, so only overflow is judged; exact values are parity's job.
     check_attention(t, q, k, v, label="scores around 1e4", atol=1e-6, got=got)
 
@@ -474,13 +480,13 @@ def gradients(t: Tester):
     pair(t, reply["value"], q, k, v, f"`{SDPA}`")
     if reply.get("grads") is None:
         t.fail(f"No gradient reached q, k and v: {reply.get('grad_problem')}. Build the output with torch "
-               f"operations only (no .detach(), .item(), .numpy() or torch.no_grad()).", "graph_cut")
+               f"operations only (no .detach(), .item(), .numpy() or torch.no_grad()).", GRAPH_CUT)
     want = _grads(expected_attention, (q, k, v), mask, g)
-    tried = functools.cache(lambda: [(m, _grads(fn, (q, k, v), mask, g)) for m, fn in CATALOGUE.entries["attention"]])
+    tried = functools.cache(lambda: [(m, _grads(m, (q, k, v), mask, g)) for m in CATALOGUE.entries["attention"]])
     for i, (name, got) in enumerate(zip("qkv", reply["grads"])):
         if got is None:
             t.fail(f"No gradient reached `{name}`: the path from {name} to the output is cut somewhere (.detach(), "
-                   f".data, torch.no_grad(), .item() or .numpy() between them).", "graph_cut")
+                   f".data, torch.no_grad(), .item() or .numpy() between them).", GRAPH_CUT)
         t.expect_close(got, want[i], f"The gradient of the attention output with respect to {name}",
                        lambda i=i: [(m, gr[i]) for m, gr in tried() if gr is not None])
 
@@ -559,21 +565,21 @@ def dtype_inplace(t: Tester):
     for name, value in (("output", out), ("weights", w)):
         if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
             t.fail(f"The {name} for float32 inputs should be float32, but it is {describe(value)}: keep the "
-                   f"inputs' dtype (do not convert with .double() or create float64 tensors).", "dtype_changed")
+                   f"inputs' dtype (do not convert with .double() or create float64 tensors).", DTYPE_CHANGED)
     for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, mask), reply["args_after"]):
         if not torch.equal(before, after):
             t.fail(f"`{SDPA}` changed its input `{name}` in place. Inputs must not be modified: use "
                    f"out-of-place operations (masked_fill, not masked_fill_; x = x - m, not x -= m).",
-                   "input_modified")
+                   INPUT_MODIFIED)
     x = t.randn(2, 5, dtype=torch.float32)
     reply = t.call("softmax", x, return_args=True)
     t.works(reply["value"], torch.softmax(x, -1), "`softmax` on float32 input")
     if reply["value"].dtype != torch.float32:
         t.fail(f"`softmax` of a float32 tensor returns {describe(reply['value'])}: keep the input's dtype.",
-               "dtype_changed")
+               DTYPE_CHANGED)
     if not torch.equal(reply["args_after"][0], x):
         t.fail("`softmax` changed its input `x` in place (for example with x -= x.max() or x.exp_()). "
-               "Use out-of-place operations so the caller's tensor is left as it was.", "input_modified")
+               "Use out-of-place operations so the caller's tensor is left as it was.", INPUT_MODIFIED)
 
 
 @group("m1", "dropout", depends=ATTENTION_GROUPS)
@@ -595,34 +601,34 @@ def check_dropout(t: Tester, p, dtype):
     for name, value in (("output", out), ("weights", w)):
         if value.dtype != dtype:
             t.fail(f"The {name} from {what} has dtype {str(value.dtype).replace('torch.', '')}: keep the inputs' "
-                   f"dtype (a dropout mask or tensor of another dtype changes it).", "dtype_changed")
+                   f"dtype (a dropout mask or tensor of another dtype changes it).", DTYPE_CHANGED)
     # First: the weights returned must be those the output was made with (at the output's precision).
     mistake = output_not_from_weights(out, w, v)
     if mistake is not None:
         t.fail(f"The output from {what} is not weights @ v for the weights it returns. Likely cause: "
-               f"{mistake.text}", mistake.id, mistake.text)
+               f"{mistake.text}", mistake)
     dropped = (w == 0)
     share = dropped.double().mean().item()
     if share == 0 and not t.close(w, exp_w) and torch.allclose(w.sum(-1).double(), torch.ones(w.shape[:-1],
                                                                 dtype=torch.float64), atol=1e-5):
         t.fail(f"The weights from {what} still sum to 1 in every row and none is exactly 0, although they differ "
                f"from the weights without dropout: dropout seems to act on the scores, before the softmax. Apply it "
-               f"to the weights, after the softmax.", "dropout_before_softmax")
+               f"to the weights, after the softmax.", DROPOUT_BEFORE_SOFTMAX)
     if share == 0 and t.close(w, exp_w):
         t.fail(f"{what} returns the weights without dropout: `dropout_p` is ignored. Drop each attention "
                f"weight with probability dropout_p (torch.nn.functional.dropout(weights, p=dropout_p)).",
-               "dropout_ignored")
+               DROPOUT_IGNORED)
     if abs(share - (1 - p)) < 0.1 and abs(share - p) > 0.15:
         t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0: dropout_p is the probability of "
-               f"dropping a weight, not of keeping it.", "dropout_keep_probability")
+               f"dropping a weight, not of keeping it.", DROPOUT_KEEP_PROBABILITY)
     if abs(share - p) > 0.15:
         t.fail(f"With dropout_p={p}, {share:.0%} of the weights from {what} are 0; about {p:.0%} should be: "
                f"drop each attention weight with probability dropout_p (for example with "
                f"torch.nn.functional.dropout(weights, p=dropout_p)).")
     kept = ~dropped
     t.expect_close(w[kept].to(exp_w.dtype), exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
-        (Mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
-                 "so the expected output is unchanged (F.dropout does this)."), exp_w[kept]),
-        (Mistake("dropout_rescale_by_p", "the weights that survive dropout must be divided by (1 - dropout_p), "
-                 "the probability of keeping them, not by dropout_p."), exp_w[kept] / p)] + [
+        (CATALOGUE.mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
+                           "so the expected output is unchanged (F.dropout does this)."), exp_w[kept]),
+        (CATALOGUE.mistake("dropout_rescale_by_p", "the weights that survive dropout must be divided by (1 - dropout_p), "
+                           "the probability of keeping them, not by dropout_p."), exp_w[kept] / p)] + [
         (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])

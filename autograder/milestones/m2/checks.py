@@ -17,12 +17,15 @@ from torch import nn
 from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
 from autograder.milestones.reference import merge_from_heads, mha_variant, split_into_heads
 from autograder.grading import diagnosis
-from autograder.grading.diagnosis import Catalogue, Mistake
+from autograder.milestones.m2.mistakes import (
+    CATALOGUE, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER, DROPOUT_NOT_ON_WEIGHTS,
+    ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK, PARAMETER_NAMES, RANDOM_FORWARD,
+    VALID_CONFIG_REJECTED, WEIGHTS_AVERAGED, WEIGHTS_NOT_DETACHED, WEIGHTS_NOT_STORED, WRONG_EXCEPTION,
+    WRONG_HEAD_COUNT)
 
 MHA = "MultiHeadAttention"
 PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 HELPERS = ("split_merge",)           # what every MultiHeadAttention group depends on
-CATALOGUE = Catalogue("m2")
 
 
 def random_params(t: Tester, d_model: int, bias: bool = True, dtype=torch.float64) -> dict:
@@ -141,8 +144,8 @@ def never_used(t: Tester, d_model, heads, query, key, value, mask, params, bias=
         for name in PROJECTIONS:
             g_w = grads.get(f"{name}.weight")
             if f"{name}.weight" in grads and (g_w is None or not torch.is_tensor(g_w) or not g_w.abs().sum() > 0):
-                return Mistake(f"{name}_never_used", f"`{name}` is never used: its weights get no gradient, so "
-                               f"the output does not depend on them.")
+                return CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its weights get no gradient, so "
+                                         f"the output does not depend on them.")
         return None
     return probe
 
@@ -207,8 +210,7 @@ def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias
     t.expect_tensor(got, f"The output of {what}", shape=want.shape)
     probes = [never_used(t, d_model, heads, query, key, value, mask, params, bias)]
     if not bias and any(n.endswith(".bias") for n in reply["params"]):
-        probes.insert(0, lambda: Mistake("bias_ignored", "`bias=False` must create the projections without a "
-                                         "bias: nn.Linear(d_model, d_model, bias=bias)."))
+        probes.insert(0, lambda: BIAS_IGNORED)
     t.expect_close(got, want, f"The output of {what}", lambda: [(m, v[0]) for m, v in tried()], probes=probes)
     return reply, want_w, what, tried
 
@@ -217,18 +219,17 @@ def stored_weights(t: Tester, got, want_w, what):
     """`self.attn_weights` must be the per-head weights [B, H, Lq, Lk]."""
     if got is None:
         t.fail("`self.attn_weights` is None after a forward pass: store the per-head weights "
-               "[B, H, Lq, Lk] (detached) in forward.", "weights_not_stored")
+               "[B, H, Lq, Lk] (detached) in forward.", WEIGHTS_NOT_STORED)
     B, H, Lq, Lk = want_w.shape
     if isinstance(got, torch.Tensor) and got.dim() == 4 and tuple(got.shape) != tuple(want_w.shape) \
             and (got.shape[0], got.shape[2], got.shape[3]) == (B, Lq, Lk):
         t.fail(f"`self.attn_weights` after {what} has {got.shape[1]} heads, but num_heads is {H}: the heads are "
                f"split into the wrong number of pieces (split_heads takes num_heads, and d_k = d_model // "
-               f"num_heads).", "wrong_head_count")
+               f"num_heads).", WRONG_HEAD_COUNT)
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, Lq, Lk):
         t.fail(f"`self.attn_weights` after {what} has shape {shape_str(got.shape)}: these look like weights "
                f"averaged over heads (or of one head); keep every head: [B, H, Lq, Lk] = "
-               f"{shape_str(want_w.shape)}.", "weights_averaged",
-               "`self.attn_weights` must keep every head: [B, H, Lq, Lk], not an average over heads.")
+               f"{shape_str(want_w.shape)}.", WEIGHTS_AVERAGED)
     return t.expect_tensor(got, f"`self.attn_weights` after {what}", shape=want_w.shape)
 
 
@@ -261,7 +262,7 @@ def shapes(t: Tester):
             if not (isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)):
                 t.fail(f"`MultiHeadAttention.forward` changed its `{name}` argument in place (a {label} "
                        f"came back as {describe(after)}). Leave inputs as they are: use mask.unsqueeze(1), "
-                       f"not mask.unsqueeze_(1).", "input_modified")
+                       f"not mask.unsqueeze_(1).", INPUT_MODIFIED)
 
 
 @group("m2", "split_merge", provides=("split_heads", "merge_heads"))
@@ -322,7 +323,7 @@ def head_weights(t: Tester):
     if reply["attrs_require_grad"][0].get("attn_weights"):
         t.fail("`self.attn_weights` is still attached to the autograd graph (requires_grad=True): store "
                "weights.detach(), or every forward pass keeps its whole graph alive on the module.",
-               "weights_not_detached")
+               WEIGHTS_NOT_DETACHED)
 
 
 @group("m2", "dropout", depends=HELPERS)
@@ -337,20 +338,20 @@ def dropout(t: Tester):
     if all(isinstance(o, torch.Tensor) for o in plain) and not torch.equal(*plain):
         t.fail("MultiHeadAttention(dropout=0.0) gives different outputs for the same input in eval mode, so "
                "something random happens in forward besides dropout (a layer or tensor created inside forward?): "
-               "create every layer in __init__.", "random_forward")
+               "create every layer in __init__.", RANDOM_FORWARD)
     ev = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, calls=2)
     a, b = ev["outputs"]
     t.expect_tensor(a, f"The output of {what} in eval mode", shape=want.shape)
     if not torch.equal(a, b):
         t.fail(f"{what} gives different outputs for the same input in eval mode: dropout must only act in "
-               f"training mode (pass dropout_p=self.dropout if self.training else 0.0).", "dropout_in_eval")
+               f"training mode (pass dropout_p=self.dropout if self.training else 0.0).", DROPOUT_IN_EVAL)
     t.expect_close(a, want, f"The output of {what} in eval mode (dropout must be off)", tried)
     tr = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.5, train=True)
     out = t.expect_tensor(tr["outputs"][0], f"The output of {what} in training mode", shape=want.shape)
     if torch.allclose(out, want, atol=1e-9):
         t.fail(f"{what} in training mode gives exactly the eval result: attention dropout with p=0.5 should "
                f"change the output while training (pass dropout_p to scaled_dot_product_attention).",
-               "dropout_never")
+               DROPOUT_NEVER)
     # Dropout belongs on the attention weights (the paper's "attention dropout"): with no mask, only
     # dropout can make a weight exactly 0, and the weights kept are those attention used.
     w = tr["attrs"][0]["attn_weights"]     # its shape and storage are head_weights' business
@@ -358,13 +359,13 @@ def dropout(t: Tester):
         t.fail(f"In training mode, {what} should drop attention weights (about half of them become 0), but "
                f"`self.attn_weights` has no zeros: apply dropout to the attention weights (dropout_p of "
                f"scaled_dot_product_attention), not to the output, and store the weights it returns.",
-               "dropout_not_on_weights")
+               DROPOUT_NOT_ON_WEIGHTS)
     tr0 = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, train=True)
     w0 = tr0["attrs"][0]["attn_weights"]
     if isinstance(w0, torch.Tensor) and (w0 == 0).double().mean().item() > 0.5:
         t.fail("MultiHeadAttention(dropout=0.0) in training mode drops most attention weights: `dropout` is the "
                "probability of dropping a weight; it seems to be passed as a keep probability (1 - dropout).",
-               "dropout_keep_probability")
+               DROPOUT_KEEP_PROBABILITY)
     t.expect_close(tr0["outputs"][0], want, "The output of MultiHeadAttention(dropout=0.0) in training mode", tried)
 
 
@@ -377,7 +378,7 @@ def gradients(t: Tester):
     reply = run_mha(t, d_model, H, q, k, v, params=params, backward=[g])
     grads = reply.get("param_grads")
     if grads is None:
-        t.fail(f"No gradient reached the projections: {reply.get('grad_problem')}.", "graph_cut")
+        t.fail(f"No gradient reached the projections: {reply.get('grad_problem')}.", GRAPH_CUT)
     _, _, want = reference_mha(params, d_model, H, q, k, v, grad_output=g)
     t.expect_close(reply["outputs"][0], reference_mha(params, d_model, H, q, k, v)[0],
                    f"The output of {describe_call(d_model, H, q, k, 'no mask')}",
@@ -386,18 +387,18 @@ def gradients(t: Tester):
     inputs = dict(zip(("query", "key", "value"), reply.get("input_grads") or [None] * 3))
     if all(g_ is None for g_ in inputs.values()):
         t.fail("No gradient reaches the query, key or value inputs of forward: the computation is cut from them "
-               "(torch.no_grad(), .detach(), .data or .numpy() on the way).", "graph_cut")
+               "(torch.no_grad(), .detach(), .data or .numpy() on the way).", GRAPH_CUT)
     for name in ("query", "key", "value"):
         w = want.pop(name)
         if inputs[name] is None:
             t.fail(f"No gradient reached the `{name}` input of forward (cross-attention, key != value): "
-                   f"do not .detach() it or compute with it outside autograd.", "graph_cut")
+                   f"do not .detach() it or compute with it outside autograd.", GRAPH_CUT)
         t.expect_close(inputs[name], w, f"The gradient with respect to the `{name}` input")
     for name, w in want.items():
         got = grads.get(name)
         if got is None:
             t.fail(f"No gradient reached `{name}`: every projection (w_q, w_k, w_v, w_o) must be used in "
-                   f"forward, on the right input (w_q on query, w_k on key, w_v on value).", "graph_cut")
+                   f"forward, on the right input (w_q on query, w_k on key, w_v on value).", GRAPH_CUT)
         t.expect_close(got, w, f"The gradient of `{name}`")
 
 
@@ -437,26 +438,26 @@ def init_errors(t: Tester):
         if reply.get("kind") == "constructor" and reply.get("type") == "ValueError":
             t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) raised ValueError: "
                    f"{reply.get('message')}, but {d_model} is divisible by {heads}: raise only when "
-                   f"d_model % num_heads != 0.", "valid_config_rejected")
+                   f"d_model % num_heads != 0.", VALID_CONFIG_REJECTED)
         if reply.get("kind") == "constructor":
             t.fail(f"Creating MultiHeadAttention(d_model={d_model}, num_heads={heads}) raised {reply.get('type')}: "
                    f"{reply.get('message')}" + (f" Likely cause: {m.text}" if (m := diagnosis.error_cause(
-                       reply.get("message"))) else ""), m.id if m else None)
+                       reply.get("message"))) else ""), m)
     for d_model, heads in ((10, 3), (8, 3)):
         reply = t.module(MHA, (d_model, heads), allow_error=True)
         if reply.get("ok"):
             t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError "
                    f"(d_model is not divisible by num_heads), but it was created without complaint.",
-                   "no_divisibility_check")
+                   NO_DIVISIBILITY_CHECK)
         if reply.get("kind") == "not_implemented":
             t.fail("`MultiHeadAttention.__init__` is not implemented yet (it raises NotImplementedError).")
         if reply.get("type") != "ValueError":
             t.fail(f"MultiHeadAttention(d_model={d_model}, num_heads={heads}) should raise ValueError, "
-                   f"but it raised {reply.get('type')}: {reply.get('message')}", "wrong_exception")
+                   f"but it raised {reply.get('type')}: {reply.get('message')}", WRONG_EXCEPTION)
         if str(d_model) not in str(reply.get("message")) or str(heads) not in str(reply.get("message")):
             t.fail(f"The ValueError of MultiHeadAttention(d_model={d_model}, num_heads={heads}) should give both "
                    f"numbers, so the caller sees what to change; it says: {reply.get('message')!r}.",
-                   "error_without_numbers")
+                   ERROR_WITHOUT_NUMBERS)
     for bias in (True, False):
         reply = t.module(MHA, (8, 2), {"bias": bias})
         names = {f"{p}.weight" for p in PROJECTIONS} | ({f"{p}.bias" for p in PROJECTIONS} if bias else set())
@@ -467,7 +468,7 @@ def init_errors(t: Tester):
             t.fail(f"MultiHeadAttention(8, 2, bias={bias}) should have the parameters "
                    f"{', '.join(sorted(names))}; it has {', '.join(sorted(got)) or 'none'}. Use four "
                    f"nn.Linear(d_model, d_model, bias=bias) named w_q, w_k, w_v, w_o.",
-                   "bias_ignored" if extra_bias else "parameter_names")
+                   BIAS_IGNORED if extra_bias else PARAMETER_NAMES)
         for name in sorted(names):
             value = reply["params"][name]
             want = (8, 8) if name.endswith("weight") else (8,)

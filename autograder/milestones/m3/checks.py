@@ -18,10 +18,13 @@ from autograder.grading.checks import Tester, group, shape_str, stand_ins
 from autograder.milestones.reference import (
     HEADS, feed_forward_fn, layer_fn, layer_norm_fn, layer_params, ragged_masks, sub_params, torch_layer,
     torch_mask)
-from autograder.grading.diagnosis import Catalogue, Mistake
+from autograder.milestones.m3.mistakes import (
+    CATALOGUE, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED, ATTENTION_DROPOUT_MISSING, BATCH_MIXING,
+    DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION, FFN_DROPOUT_MISPLACED,
+    FFN_NO_DROPOUT, GRAPH_CUT, LAYER_NORM_INIT, LOOKS_AHEAD, NO_RESIDUAL_DROPOUT, NORM_FIRST_ATTRIBUTE,
+    PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE, SUBMODULE_KINDS)
 
 PARTS = ("layer_norm", "feed_forward")        # what every layer group depends on
-CATALOGUE = Catalogue("m3")
 
 
 
@@ -182,8 +185,8 @@ def never_used(grads: dict | None, names=("self_attn", "cross_attn", "feed_forwa
     for name in names:
         mine = [g for k, g in grads.items() if k.startswith(name + ".")]
         if mine and all(g is None or not torch.is_tensor(g) or not g.abs().sum() > 0 for g in mine):
-            return Mistake(f"{name}_never_used", f"`{name}` is never used: its parameters get no gradient, so the "
-                           f"output does not depend on them.")
+            return CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its parameters get no gradient, so the "
+                                     f"output does not depend on them.")
     return None
 
 
@@ -272,12 +275,12 @@ def layer_norm(t: Tester):
     names = set(reply["params"])
     if names != {"weight", "bias"}:
         t.fail(f"LayerNorm({d}) should have exactly the parameters weight and bias (nn.Parameter), but it has "
-               f"{', '.join(sorted(names)) or 'none'}.", "parameter_names")
+               f"{', '.join(sorted(names)) or 'none'}.", PARAMETER_NAMES)
     for name, want in (("weight", torch.ones(d)), ("bias", torch.zeros(d))):
         got = t.expect_tensor(reply["params"][name], f"LayerNorm({d}).{name}", shape=(d,))
         if not torch.equal(got.to(torch.float32), want):
             t.fail(f"LayerNorm({d}).{name} should start as {'ones' if name == 'weight' else 'zeros'}, like "
-                   f"nn.LayerNorm's.", "layer_norm_init")
+                   f"nn.LayerNorm's.", LAYER_NORM_INIT)
     # A large mean with a tiny spread shows where eps goes (float64 only: float32 cannot resolve it).
     cases = [((2, 3, d), 1.0, 0.0, torch.float64), ((5, d), 1.0, 0.0, torch.float64),
              ((2, 3, 4, d), 1.0, 0.0, torch.float64), ((3, 4, d), 1e-3, 100.0, torch.float64),
@@ -304,7 +307,7 @@ def feed_forward(t: Tester):
                        "linear2.bias": (d,)}
         if {k: shapes.get(k) for k in want_shapes} != want_shapes:
             t.fail(f"FeedForward({d}, {d_ff}) should have linear1 = nn.Linear({d}, {d_ff}) and linear2 = "
-                   f"nn.Linear({d_ff}, {d}); its parameters are {shapes}.", "parameter_names")
+                   f"nn.Linear({d_ff}, {d}); its parameters are {shapes}.", PARAMETER_NAMES)
         p = sub_params(layer_params(t, d, d_ff), "feed_forward")
         for dtype in (torch.float64, torch.float32):
             x = t.randn(3, 4, d, dtype=dtype, scale=2.0)
@@ -362,11 +365,11 @@ def gradients(t: Tester):
                        probes=[lambda: never_used(reply.get("param_grads"))])
         grads = reply.get("param_grads")
         if grads is None:
-            t.fail(f"No gradient reached the parameters of {what}: {reply.get('grad_problem')}.", "graph_cut")
+            t.fail(f"No gradient reached the parameters of {what}: {reply.get('grad_problem')}.", GRAPH_CUT)
         for i, name in enumerate(("x", "memory")):
             got = (reply.get("input_grads") or [None, None])[i]
             if got is None:
-                t.fail(f"No gradient reached the `{name}` input of {what}: do not .detach() it.", "graph_cut")
+                t.fail(f"No gradient reached the `{name}` input of {what}: do not .detach() it.", GRAPH_CUT)
             t.expect_close(got, want_grads[name], f"The gradient with respect to `{name}` of {what}")
         for name, want_g in want_grads.items():
             if name in ("x", "memory"):
@@ -375,7 +378,7 @@ def gradients(t: Tester):
             if got is None:
                 found = never_used(grads)
                 t.fail(f"No gradient reached `{name}` in {what}." + (f" Likely cause: {found.text}" if found else ""),
-                       found.id if found else "graph_cut")
+                       found or GRAPH_CUT)
             t.expect_close(got, want_g, f"The gradient of `{name}` in {what}")
 
 
@@ -395,18 +398,18 @@ def behaviour(t: Tester):
         if not torch.allclose(out[:, :3], base[:, :3], atol=1e-12):
             t.fail(f"{what}: changing target positions 3 and later changed the outputs at positions 0..2. With a "
                    f"causal tgt_mask a position must not see later ones: pass tgt_mask to the self-attention.",
-                   "looks_ahead")
+                   LOOKS_AHEAD)
         padded = memory.clone()
         padded[~src_mask[:, 0, :]] = t.randn(int((~src_mask).sum()), d)
         out = run_layer(t, p, d, d_ff, norm_first, "relu", x, padded, src_mask, tgt_mask)["outputs"][0]
         if not torch.allclose(out, base, atol=1e-12):
             t.fail(f"{what}: changing `memory` at padded source positions changed the output. The source padding "
-                   f"mask must reach the cross-attention: cross_attn(..., src_mask).", "padding_not_ignored")
+                   f"mask must reach the cross-attention: cross_attn(..., src_mask).", PADDING_NOT_IGNORED)
         alone = run_layer(t, p, d, d_ff, norm_first, "relu", x[1:2], memory[1:2], src_mask[1:2],
                           tgt_mask[1:2])["outputs"][0]
         if not torch.allclose(alone, base[1:2], atol=1e-12):
             t.fail(f"{what}: batch item 1 gives a different output alone than inside the batch: batch items must "
-                   f"not mix (statistics over the batch dimension?).", "batch_mixing")
+                   f"not mix (statistics over the batch dimension?).", BATCH_MIXING)
     pe = layer_params(t, d, d_ff)
     x = t.randn(B, Ls, d)
     reply = run_layer(t, pe, d, d_ff, False, "relu", x, src_mask=src_mask, dropout=0.5, calls=2)
@@ -414,7 +417,7 @@ def behaviour(t: Tester):
     if not torch.equal(a, b):
         t.fail("EncoderLayer(dropout=0.5) gives different outputs for the same input in eval mode: dropout must "
                "act only in training mode (nn.Dropout follows model.eval(); F.dropout needs training=self.training).",
-               "dropout_in_eval")
+               DROPOUT_IN_EVAL)
 
 
 def _branch_check(t: Tester, what, out, x, branch, p):
@@ -428,12 +431,12 @@ def _branch_check(t: Tester, what, out, x, branch, p):
     if share == 0 and torch.allclose(diff, branch.expand_as(diff), atol=1e-9):
         t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
                f"the layer's dropout to each sub-layer's output before adding it: x + drop(sublayer(...)).",
-               "no_residual_dropout")
+               NO_RESIDUAL_DROPOUT)
     dropped = out.abs() < 1e-12
     if 0.25 < dropped.double().mean().item() < 0.75 and torch.allclose(
             out[~dropped], ((x + branch) / (1 - p))[~dropped], atol=1e-9):
         t.fail(f"{what}: in training mode dropout is applied to the residual sum (x + sublayer(x)); it belongs on "
-               f"the sub-layer's output before the add: x + drop(sublayer(...)).", "dropout_on_residual_sum")
+               f"the sub-layer's output before the add: x + drop(sublayer(...)).", DROPOUT_ON_RESIDUAL_SUM)
     t.fail(f"{what}: in training mode (dropout=0.5) the sub-layer's output should be dropped (about half of its "
            f"entries 0) and the rest divided by 1 - p, then added to x; this layer's output does not fit that.")
 
@@ -450,7 +453,7 @@ def _post_ln_stream_check(t: Tester, what, trained, evaluated):
     if not torch.allclose(trained, evaluated, atol=1e-9):
         t.fail(f"{what}: with every sub-layer's output 0, training mode still changes the output, so dropout acts "
                f"on the residual stream itself (for example norm(drop(x + sublayer(x)))); it belongs on the "
-               f"sub-layer's output only: norm(x + drop(sublayer(x))).", "dropout_on_residual_sum")
+               f"sub-layer's output only: norm(x + drop(sublayer(x))).", DROPOUT_ON_RESIDUAL_SUM)
 
 
 def _post_ln_branch_check(t: Tester, what, out, x, branch, p, norm_weights):
@@ -461,7 +464,7 @@ def _post_ln_branch_check(t: Tester, what, out, x, branch, p, norm_weights):
     if torch.allclose(out, _through_norms(x + branch, norm_weights), atol=1e-7):
         t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
                f"the layer's dropout to each sub-layer's output before adding it: norm(x + drop(sublayer(x))).",
-               "no_residual_dropout")
+               NO_RESIDUAL_DROPOUT)
     for xi, yi in zip(x.reshape(-1, d), out.reshape(-1, d)):
         cand = _through_norms(xi + masks * branch / (1 - p), norm_weights)           # [2^d, d]
         if not ((cand - yi).abs().amax(-1) < 1e-7).any():
@@ -482,7 +485,7 @@ def dropout(t: Tester):
                    lambda: CATALOGUE.tried("encoder", pe, True, "relu", x))
     if reply["attrs"][0].get("self_attn.dropout") != p:
         t.fail(f"EncoderLayer(dropout={p}) builds its self_attn without that dropout (its attention weights are "
-               f"never dropped): MultiHeadAttention(d_model, num_heads, dropout).", "attention_dropout_missing")
+               f"never dropped): MultiHeadAttention(d_model, num_heads, dropout).", ATTENTION_DROPOUT_MISSING)
     # The feed-forward's hidden dropout: with linear2 invertible, the hidden activations show.
     ff = sub_params(pe, "feed_forward")
     xf = t.randn(B, L, d)
@@ -496,7 +499,7 @@ def dropout(t: Tester):
                    calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     if ((out == 0).double().mean().item() > 0.25):
         t.fail("FeedForward(dropout=0.5) in training mode zeroes its outputs: the dropout sits after linear2. It "
-               "belongs on the hidden activations: linear2(dropout(activation(linear1(x)))).", "ffn_dropout_misplaced")
+               "belongs on the hidden activations: linear2(dropout(activation(linear1(x)))).", FFN_DROPOUT_MISPLACED)
     hidden = torch.linalg.solve(ff["linear2.weight"], (out - ff["linear2.bias"]).reshape(-1, d).T).T.reshape(out.shape)
     pre = xf @ ff["linear1.weight"].T + ff["linear1.bias"]
     act = F.gelu(pre)
@@ -505,15 +508,15 @@ def dropout(t: Tester):
     share = (zero & live).double().sum().item() / max(1, live.sum().item())
     if share == 0:
         t.fail("FeedForward(dropout=0.5) in training mode does not drop its hidden activations: "
-               "linear2(dropout(activation(linear1(x)))).", "ffn_no_dropout")
+               "linear2(dropout(activation(linear1(x)))).", FFN_NO_DROPOUT)
     kept = live & ~zero
     if 0.25 < share < 0.75 and torch.allclose(hidden[kept], F.gelu(pre[kept] / (1 - p)), atol=1e-8):
         t.fail("FeedForward(dropout=0.5, activation='gelu') in training mode drops the hidden values before the "
                "activation; dropout comes after it: linear2(dropout(activation(linear1(x)))).",
-               "ffn_dropout_before_activation")
+               FFN_DROPOUT_BEFORE_ACTIVATION)
     if not (0.25 < share < 0.75 and torch.allclose(hidden[kept], act[kept] / (1 - p), atol=1e-8)):
         t.fail("FeedForward(dropout=0.5) in training mode: dropout must act on the hidden activations (after the "
-               "activation, before linear2), keeping the survivors scaled by 1 / (1 - p).", "ffn_dropout_misplaced")
+               "activation, before linear2), keeping the survivors scaled by 1 / (1 - p).", FFN_DROPOUT_MISPLACED)
     # Training mode, one sub-layer at a time: it outputs a constant b (its last weight 0, its bias b).
     b = 1 + t.randn(d).abs()
     for branch, zeroed in (("self-attention", "feed_forward"), ("feed-forward", "self_attn")):
@@ -563,7 +566,7 @@ def dropout(t: Tester):
         _branch_check(t, f"DecoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", reply["outputs"][0], x, b, p)
         if reply["attrs"][0].get("cross_attn.dropout") != p:
             t.fail(f"DecoderLayer(dropout={p}) builds its cross_attn without that dropout: "
-                   f"MultiHeadAttention(d_model, num_heads, dropout).", "attention_dropout_missing")
+                   f"MultiHeadAttention(d_model, num_heads, dropout).", ATTENTION_DROPOUT_MISSING)
 
 
 @group("m3", "structure", depends=PARTS, style=True)
@@ -583,21 +586,21 @@ def structure(t: Tester):
         for name in names:
             if kids.get(name) != want[name]:
                 t.fail(f"{cls}.{name} should be a {want[name]} (the one of {'multihead' if 'attn' in name else 'blocks'}"
-                       f".py), but it is {kids.get(name) or 'missing'}.", "submodule_kinds")
+                       f".py), but it is {kids.get(name) or 'missing'}.", SUBMODULE_KINDS)
         if reply["shared"]:
             t.fail(f"In {cls}, {', '.join(reply['shared'])} is the same module object as another submodule: each "
-                   f"sub-layer needs its own weights.", "shared_submodule")
+                   f"sub-layer needs its own weights.", SHARED_SUBMODULE)
         if reply["attrs"][0].get("norm_first") is not norm_first:
-            t.fail(f"{cls}(..., norm_first={norm_first}).norm_first should be {norm_first}.", "norm_first_attribute")
+            t.fail(f"{cls}(..., norm_first={norm_first}).norm_first should be {norm_first}.", NORM_FIRST_ATTRIBUTE)
     for cls, args in (("FeedForward", (d, d_ff)), ("EncoderLayer", (d, 2, d_ff)), ("DecoderLayer", (d, 2, d_ff))):
         reply = t.module(cls, args, {"activation": "tanh"}, allow_error=True)
         if reply.get("ok"):
             t.fail(f"{cls}(..., activation='tanh') should raise ValueError (only 'relu' and 'gelu' are allowed), "
-                   f"but it was created.", "activation_not_checked")
+                   f"but it was created.", ACTIVATION_NOT_CHECKED)
         message = str(reply.get("message", ""))
         if reply.get("type") != "ValueError" or "relu" not in message or "gelu" not in message:
             t.fail(f"{cls}(..., activation='tanh') should raise ValueError naming the allowed values 'relu' and "
-                   f"'gelu'; it raised {reply.get('type')}: {message}", "activation_error_message")
+                   f"'gelu'; it raised {reply.get('type')}: {message}", ACTIVATION_ERROR_MESSAGE)
 
 
 @group("m3", "vectorization", depends=PARTS, style=True, observes=True)

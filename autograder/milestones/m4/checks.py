@@ -19,9 +19,13 @@ from autograder.grading.checks import CheckFailed, Tester, group, shape_str, sta
 from autograder.milestones.reference import (
     D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, layer_fn, model_params, pe_table, ragged_masks,
     stack_params, sub_params)
-from autograder.grading.diagnosis import Catalogue
 
-CATALOGUE = Catalogue("m4")
+from autograder.milestones.m4.mistakes import (
+    CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, GRAPH_CUT, LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD,
+    NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED, PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT,
+    PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, SHARED_SUBMODULE,
+    TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY)
+
 PARTS = ("positional_table", "positional_module", "embedding", "stacks")
 
 
@@ -72,12 +76,12 @@ def _stack_variant(**dev):
 
 CATALOGUE.entry("stack", "layers_reversed", "the layers run in reverse order; run them in order (layers[0] first).")(
     _stack_variant(reverse=True))
-CATALOGUE.entry("stack", "final_norm_in_post_ln", "post-LN layers already end with a norm: the stack's final "
+FINAL_NORM_IN_POST_LN = CATALOGUE.entry("stack", "final_norm_in_post_ln", "post-LN layers already end with a norm: the stack's final "
                 "LayerNorm belongs to pre-LN only (norm = LayerNorm(d_model) if norm_first else None).")(
     _stack_variant(extra_norm=True))
 CATALOGUE.entry("stack", "stack_masks_swapped", "src_mask and tgt_mask reach the layers swapped: each "
                 "DecoderLayer takes (x, memory, src_mask, tgt_mask) in that order.")(_stack_variant(swap_masks=True))
-CATALOGUE.entry("stack", "final_norm_missing", "pre-LN needs a final LayerNorm after the last layer "
+FINAL_NORM_MISSING = CATALOGUE.entry("stack", "final_norm_missing", "pre-LN needs a final LayerNorm after the last layer "
                 "(norm = LayerNorm(d_model) when norm_first), applied in forward.")(_stack_variant(no_norm=True))
 
 
@@ -233,7 +237,7 @@ def positional_table(t: Tester):
                        atol=pe_tolerance(max_len))
         if got.dtype != torch.float32:
             t.fail(f"{what} returns {str(got.dtype).replace('torch.', '')}; the table is in the default dtype "
-                   f"(torch.get_default_dtype(), float32): compute in float64 and cast at the end.", "pe_dtype")
+                   f"(torch.get_default_dtype(), float32): compute in float64 and cast at the end.", PE_DTYPE)
     try:
         t.call("sinusoidal_positional_encoding", 10, 5)
     except CheckFailed as e:
@@ -241,7 +245,7 @@ def positional_table(t: Tester):
             return
         raise
     t.fail("`sinusoidal_positional_encoding(10, 5)` should raise ValueError: d_model must be even (sines and "
-           "cosines come in pairs).", "pe_odd_accepted")
+           "cosines come in pairs).", PE_ODD_ACCEPTED)
 
 
 @group("m4", "positional_module", depends=("positional_table",), provides=("PositionalEncoding",))
@@ -252,13 +256,13 @@ def positional_module(t: Tester):
     if "pe" not in buffers:
         where = "a parameter" if "pe" in reply["params"] else "missing"
         t.fail(f"PositionalEncoding({d}, max_len={max_len}) should register its table as a buffer named `pe` "
-               f"(self.register_buffer('pe', ...)); `pe` is {where}.", "pe_not_buffer")
+               f"(self.register_buffer('pe', ...)); `pe` is {where}.", PE_NOT_BUFFER)
     if "pe" in reply["params"]:
-        t.fail("`pe` is a parameter: register it as a buffer so it is not trained.", "pe_not_buffer")
+        t.fail("`pe` is a parameter: register it as a buffer so it is not trained.", PE_NOT_BUFFER)
     pe = t.expect_tensor(buffers["pe"], f"PositionalEncoding({d}, max_len={max_len}).pe", shape=(max_len, d))
     if pe.dtype != torch.float64:
         t.fail("After .double(), the `pe` buffer is still " + str(pe.dtype).replace("torch.", "") + ": register it "
-               "with register_buffer so it follows the module's dtype and device.", "pe_not_buffer")
+               "with register_buffer so it follows the module's dtype and device.", PE_NOT_BUFFER)
     table = pe_table(max_len, d)
     x = t.randn(3, 7, d)
     got = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
@@ -271,7 +275,7 @@ def positional_module(t: Tester):
     if not reply.get("ok"):
         t.fail(f"PositionalEncoding({d}, max_len={max_len}) on a sequence of exactly {max_len} positions raised "
                f"{reply.get('type')}: {reply.get('message')}; only L > max_len is too long (L == max_len uses the whole "
-               f"table).", "pe_length_off_by_one")
+               f"table).", PE_LENGTH_OFF_BY_ONE)
     t.expect_close(reply["outputs"][0], full + table, f"PositionalEncoding({d}, max_len={max_len}) on x [2, {max_len}, {d}]")
     reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, calls=[{"args": [t.randn(1, 21, d)]}],
                      allow_error=True, dtype="float64")
@@ -279,21 +283,21 @@ def positional_module(t: Tester):
     if reply.get("ok") or reply.get("type") != "ValueError" or "21" not in message or "20" not in message:
         t.fail(f"PositionalEncoding({d}, max_len=20) on a sequence of length 21 should raise ValueError naming "
                f"both numbers (21 and 20); it {'returned' if reply.get('ok') else 'raised ' + str(reply.get('type')) + ': ' + message}.",
-               "pe_length_error")
+               PE_LENGTH_ERROR)
     p = 0.5
     ev = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
                   dtype="float64", calls=[{"args": [x], "seed": 4}])["outputs"][0]
     if not t.close(ev, x + table[:7]):
         t.fail("PositionalEncoding(dropout=0.5) in eval mode should return x + pe[:L] unchanged: dropout acts in "
                "training mode only (nn.Dropout follows .eval(); F.dropout needs training=self.training).",
-               "dropout_in_eval")
+               DROPOUT_IN_EVAL)
     out = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
                    dtype="float64", train=True, calls=[{"args": [x], "seed": 4}])["outputs"][0]
     zero = out == 0
     ok = 0.25 < zero.double().mean().item() < 0.75 and torch.allclose(out[~zero], ((x + table[:7]) / (1 - p))[~zero])
     if not ok:
         t.fail("PositionalEncoding(dropout=0.5) in training mode should apply dropout to x + pe[:L] (about half of "
-               "the entries 0, the rest divided by 1 - p).", "pe_dropout")
+               "the entries 0, the rest divided by 1 - p).", PE_DROPOUT)
 
 
 @group("m4", "embedding", provides=("TokenEmbedding",))
@@ -302,7 +306,7 @@ def embedding(t: Tester):
     reply = t.module("TokenEmbedding", (vocab, d))
     if reply["children"].get("embedding") != "Embedding":
         t.fail(f"TokenEmbedding should hold an nn.Embedding named `embedding`; its submodules are "
-               f"{reply['children'] or 'none'}.", "parameter_names")
+               f"{reply['children'] or 'none'}.", PARAMETER_NAMES)
     weight = t.randn(vocab, d)
     tokens = t.randint(0, vocab, (3, 5))
     got = t.module("TokenEmbedding", (vocab, d), params={"embedding.weight": weight}, dtype="float64",
@@ -329,7 +333,7 @@ def _check_stack(t: Tester, side, n, norm_first, activation="relu", dtype=torch.
     kids = reply["children"]
     if kids.get("layers") != "ModuleList":
         t.fail(f"{cls}.layers should be an nn.ModuleList of layers (a plain Python list hides their parameters "
-               f"from the model); it is {kids.get('layers') or 'missing'}.", "layers_not_modulelist")
+               f"from the model); it is {kids.get('layers') or 'missing'}.", LAYERS_NOT_MODULELIST)
     want = TorchStack(p, side, n, norm_first, activation, dtype)(x, memory, src_mask, tgt_mask).detach()
     t.expect_close(reply["outputs"][0], want, f"The output of {what}",
                    lambda: CATALOGUE.tried("stack", p, side, n, norm_first, activation, x, memory, src_mask, tgt_mask))
@@ -345,22 +349,22 @@ def stacks(t: Tester):
             if kids.get("layers") != "ModuleList":
                 t.fail(f"{cls}.layers should be an nn.ModuleList of layers (a plain Python list hides their "
                        f"parameters from the model: they are not trained, not moved, not counted); it is "
-                       f"{kids.get('layers') or 'not a submodule'}.", "layers_not_modulelist")
+                       f"{kids.get('layers') or 'not a submodule'}.", LAYERS_NOT_MODULELIST)
             if reply["shared"]:
                 t.fail(f"In {cls}(3, ...), {', '.join(reply['shared'])} is the same layer object as another: each "
                        f"layer needs its own weights (build a new layer for each, not [layer] * num_layers).",
-                       "shared_submodule")
+                       SHARED_SUBMODULE)
             layers = [k for k, v in kids.items() if k.startswith("layers.") and k.count(".") == 1]
             if len(layers) != 3:
                 t.fail(f"{cls}(num_layers=3, ...) should hold 3 layers in `layers`; it has {len(layers)}.",
-                       "layer_count")
+                       LAYER_COUNT)
             has_norm = kids.get("norm") == "LayerNorm"
             if norm_first and not has_norm:
                 t.fail(f"{cls}(..., norm_first=True) needs a final `norm` = LayerNorm(d_model) (of blocks.py); it "
-                       f"has {kids.get('norm') or 'none'}.", "final_norm_missing")
+                       f"has {kids.get('norm') or 'none'}.", FINAL_NORM_MISSING)
             if not norm_first and "norm" in kids:
                 t.fail(f"{cls}(..., norm_first=False) should have norm = None: post-LN layers already end with a "
-                       f"norm.", "final_norm_in_post_ln")
+                       f"norm.", FINAL_NORM_IN_POST_LN)
         for norm_first in (False, True):
             _check_stack(t, side, 3, norm_first)
         _check_stack(t, side, 2, True, "gelu", torch.float32, ", float32")
@@ -405,12 +409,12 @@ def gradients(t: Tester):
                    lambda: CATALOGUE.tried("model", p, 2, True, 30, src, tgt, src_mask, tgt_mask))
     grads = reply.get("param_grads")
     if grads is None:
-        t.fail(f"No gradient reached the model's parameters: {reply.get('grad_problem')}.", "graph_cut")
+        t.fail(f"No gradient reached the model's parameters: {reply.get('grad_problem')}.", GRAPH_CUT)
     for name, w in want.items():
         got = grads.get(name)
         if got is None:
             t.fail(f"No gradient reached `{name}`: the path from it to the logits is cut (.detach(), .data or "
-                   f"torch.no_grad() on the way), or it is not used.", "graph_cut")
+                   f"torch.no_grad() on the way), or it is not used.", GRAPH_CUT)
         t.expect_close(got, w, f"The gradient of `{name}`")
 
 
@@ -435,20 +439,20 @@ def size_tying(t: Tester):
             t.fail(f"In {label}, src_embed.embedding.weight, tgt_embed.embedding.weight and generator.weight should be "
                    f"one and the same Parameter (assign it: self.generator.weight = self.tgt_embed.embedding.weight); "
                    f"they are {'tied only in part: ' + shared if tied else 'separate objects (copied values?)'}.",
-                   "tying_by_copy")
+                   TYING_BY_COPY)
         if not kwargs.get("tie_embeddings") and tied:
             t.fail(f"{label} without tie_embeddings shares {shared}: the three tables are separate unless tying is asked.",
-                   "tied_by_default")
+                   TIED_BY_DEFAULT)
         if reply["param_count"] != want:
             t.fail(f"{label} has {reply['param_count']:,} parameters; the architecture of the paper has {want:,} "
                    f"(a final norm in post-LN, a missing one in pre-LN, `pe` as a parameter, a shared or missing "
-                   f"layer, or copied instead of shared tables change the count).", "parameter_count")
+                   f"layer, or copied instead of shared tables change the count).", PARAMETER_COUNT)
     reply = t.module("Transformer", (50, 60), {"tie_embeddings": True, "d_model": D, "num_heads": HEADS,
                                                 "num_layers": 1, "d_ff": D_FF}, allow_error=True)
     if reply.get("ok") or reply.get("type") != "ValueError":
         t.fail("Transformer(50, 60, tie_embeddings=True) should raise ValueError (one table cannot serve two "
                f"vocabularies of different sizes); it {'was created' if reply.get('ok') else 'raised ' + str(reply.get('type'))}.",
-               "tie_different_vocabs")
+               TIE_DIFFERENT_VOCABS)
 
 
 @group("m4", "init", depends=PARTS, style=True)
@@ -466,10 +470,10 @@ def init(t: Tester):
             if w.abs().max().item() > bound * (1 + 1e-6) or w.std().item() < 0.8 * bound / math.sqrt(3):
                 t.fail(f"`{name}` {shape_str(w.shape)} is not Xavier-uniform initialised: its values should fill "
                        f"[-{bound:.4f}, {bound:.4f}] (sqrt(6 / (fan_in + fan_out))). Apply nn.init.xavier_uniform_ to "
-                       f"every parameter with more than one dimension, after tying.", "not_xavier")
+                       f"every parameter with more than one dimension, after tying.", NOT_XAVIER)
         elif name.endswith(("norm1.weight", "norm2.weight", "norm3.weight", "norm.weight")) and not torch.all(w == 1):
             t.fail(f"`{name}` should keep its default (ones): only parameters with more than one dimension are "
-                   f"re-initialised.", "norms_reinitialised")
+                   f"re-initialised.", NORMS_REINITIALISED)
 
 
 @group("m4", "behaviour", depends=PARTS, style=True)
@@ -484,22 +488,22 @@ def behaviour(t: Tester):
     out = run_model(t, p, 2, False, 30, src, later, src_mask, tgt_mask)["outputs"][0]
     if not torch.allclose(out[:, :3], base[:, :3], atol=1e-10):
         t.fail("Changing target tokens at positions 3 and later changed the logits at positions 0..2: with a causal "
-               "tgt_mask no position may see later ones (pass tgt_mask down to every decoder layer).", "looks_ahead")
+               "tgt_mask no position may see later ones (pass tgt_mask down to every decoder layer).", LOOKS_AHEAD)
     padded = src.clone()
     padded[~src_mask[:, 0, :]] = 5
     out = run_model(t, p, 2, False, 30, padded, tgt, src_mask, tgt_mask)["outputs"][0]
     if not torch.allclose(out, base, atol=1e-10):
         t.fail("Changing padded source tokens changed the logits: the source padding mask must reach every "
-               "encoder layer and every cross-attention.", "padding_not_ignored")
+               "encoder layer and every cross-attention.", PADDING_NOT_IGNORED)
     alone = run_model(t, p, 2, False, 30, src[1:2], tgt[1:2], src_mask[1:2], tgt_mask[1:2])["outputs"][0]
     if not torch.allclose(alone, base[1:2], atol=1e-10):
         t.fail("Batch item 1 gets different logits alone than inside the batch: batch items must not mix.",
-               "batch_mixing")
+               BATCH_MIXING)
     ev = run_model(t, p, 2, False, 30, src, tgt, src_mask, tgt_mask, dropout=0.5,
                    calls=[{"args": [src, tgt, src_mask, tgt_mask], "seed": s} for s in (1, 2)])["outputs"]
     if not torch.equal(ev[0], ev[1]):
         t.fail("Transformer(dropout=0.5) in eval mode gives different logits for the same input: dropout must act in "
-               "training mode only.", "dropout_in_eval")
+               "training mode only.", DROPOUT_IN_EVAL)
 
 
 @group("m4", "vectorization", depends=PARTS, style=True, observes=True)

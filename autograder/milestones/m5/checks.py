@@ -17,9 +17,13 @@ import torch.nn.functional as F
 
 from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
 from autograder.milestones.reference import D, TorchModel, by_student_name, model_params, pe_table
-from autograder.grading.diagnosis import Catalogue, Mistake
+from autograder.milestones.m5.mistakes import (
+    CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVAL_MODE_IN_TRAIN,
+    EVALUATE_IN_TRAIN_MODE, EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, GRAPH_CUT, INPUT_MODIFIED,
+    LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_OFF_BY_ONE, NOAM_STEP_ZERO, OPTIMIZER_KIND,
+    SCHEDULER_VALUES, TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNSORTED,
+    TOKENIZER_VOCAB_SIZE, WRONG_LOSS_RETURNED)
 
-CATALOGUE = Catalogue("m5")
 # A first optimizer step imports torch's compiler (dynamo), which the fork server skips unless asked: these
 # checks step optimizers in the worker.
 WORKER_PRELOAD = ("torch._dynamo",)
@@ -346,7 +350,7 @@ def tokenizer(t: Tester):
         if got.get(name) != want:
             t.fail(f"CharTokenizer({texts}).{name} should be {want}, but it is {describe(got.get(name))}. Ids 0-3 are "
                    f"<pad>, <bos>, <eos>, <unk>; then one id per distinct character, in sorted order.",
-                   "tokenizer_specials" if name != "vocab_size" else "tokenizer_vocab_size")
+                   TOKENIZER_SPECIALS if name != "vocab_size" else TOKENIZER_VOCAB_SIZE)
     for text, ids in zip(probes, got["encoded"]):
         want = [stoi.get(c, UNK) for c in text]
         if list(ids) != want:
@@ -354,9 +358,9 @@ def tokenizer(t: Tester):
             if list(ids) == [insertion.get(c, UNK) for c in text]:
                 t.fail(f"encode({text!r}) gives {ids}: the characters are numbered in the order they first appear; "
                        f"number them in sorted order (sorted(set(...))), so the vocabulary does not depend on the "
-                       f"order of the texts.", "tokenizer_unsorted")
+                       f"order of the texts.", TOKENIZER_UNSORTED)
             t.fail(f"CharTokenizer({texts}).encode({text!r}) should be {want} (an unknown character gives unk_id = 3), "
-                   f"but it is {ids}.", "tokenizer_encode")
+                   f"but it is {ids}.", TOKENIZER_ENCODE)
     cases = [[stoi["h"], stoi["e"], EOS, stoi["l"]], [BOS, stoi["z"], PAD, stoi["!"], EOS], [UNK, stoi["a"]],
              [PAD, PAD], [BOS, EOS, stoi["d"]]]
     wants = ["he", "z!", "<unk>a", "", ""]
@@ -364,7 +368,7 @@ def tokenizer(t: Tester):
     for ids, want, have in zip(cases, wants, got):
         if have != want:
             t.fail(f"decode({ids}) should be {want!r} (stop at the first <eos>, skip <pad> and <bos>, write <unk> as the "
-                   f"five characters '<unk>'), but it is {describe(have)}.", "tokenizer_decode")
+                   f"five characters '<unk>'), but it is {describe(have)}.", TOKENIZER_DECODE)
 
 
 def _batch_cases(t: Tester):
@@ -382,7 +386,7 @@ def batches(t: Tester):
         what = f"`make_batch({src_ids}, {tgt_ids}, pad_id=0, bos_id=1, eos_id=2)`"
         if not isinstance(got, dict):
             t.fail(f"{what} should return a dict with src, tgt_in, tgt_out, src_mask, tgt_mask; it returned "
-                   f"{describe(got)}.", "batch_not_dict")
+                   f"{describe(got)}.", BATCH_NOT_DICT)
         want = expected_batch(src_ids, tgt_ids)
         for key, value in want.items():
             have = got.get(key)
@@ -393,18 +397,17 @@ def batches(t: Tester):
             text = f" Likely cause: {cause.text}" if cause else ""
             if cause and have.shape != value.shape:
                 t.fail(f"{label} should have shape {shape_str(value.shape)}, but it has shape "
-                       f"{shape_str(have.shape)}.{text}", cause.id, cause.text)
+                       f"{shape_str(have.shape)}.{text}", cause)
             have = t.expect_tensor(have, label, shape=value.shape)
             if have.dtype != value.dtype:
                 t.fail(f"{label} has dtype {str(have.dtype).replace('torch.', '')}; it should be "
                        f"{str(value.dtype).replace('torch.', '')} ({'masks are bool' if value.dtype == torch.bool else 'ids are int64'}).",
-                       "batch_dtype")
+                       BATCH_DTYPE)
             if not torch.equal(have, value):
-                t.fail(f"{label} {_first_difference(have, value)}{text}", cause.id if cause else None,
-                       cause.text if cause else None)
+                t.fail(f"{label} {_first_difference(have, value)}{text}", cause)
         if reply["args_after"][:2] != [src_ids, tgt_ids]:
             t.fail(f"{what} changed the lists it was given: build new lists, do not append to the caller's.",
-                   "input_modified")
+                   INPUT_MODIFIED)
 
 
 def _same(a, b) -> bool:
@@ -445,15 +448,13 @@ def loss(t: Tester):
         got = reply["value"]
         if isinstance(got, (int, float)):
             t.fail(f"{what} returns a Python number ({got!r}); it must return a scalar tensor that stays in the "
-                   f"autograd graph (no .item() or float()), or training gets no gradient.", "graph_cut",
-                   "the loss must stay a tensor in the autograd graph (no .item() or float()).")
+                   f"autograd graph (no .item() or float()), or training gets no gradient.", GRAPH_CUT.saying('the loss must stay a tensor in the autograd graph (no .item() or float()).'))
         got = t.expect_tensor(got, what)
         if got.dim() != 0:
             t.fail(f"{what} should return a scalar (0-dim) tensor, but it has shape {shape_str(got.shape)}: take the "
-                   f"mean over the non-pad positions.", "loss_not_scalar")
+                   f"mean over the non-pad positions.", LOSS_NOT_SCALAR)
         if not torch.isfinite(got):
-            t.fail(f"{what} is {got.item()}. Likely cause: {CATALOGUE.mistakes()['loss_overflow'].text}",
-                   "loss_overflow")
+            t.fail(f"{what} is {got.item()}. Likely cause: {_naive_loss.text}", _naive_loss)
         leaf = logits.clone().requires_grad_(True)
         want = expected_loss(leaf, target, smoothing, pad_id)
         want.backward(g)
@@ -461,7 +462,7 @@ def loss(t: Tester):
                        lambda: CATALOGUE.tried("loss", logits, target, smoothing, pad_id))
         if reply.get("grads") is None or reply["grads"][0] is None:
             t.fail(f"No gradient reached the logits through {what}: {reply.get('grad_problem') or 'compute it with torch operations'} "
-                   f"(a Python float or .item() cuts the graph).", "graph_cut")
+                   f"(a Python float or .item() cuts the graph).", GRAPH_CUT)
         t.expect_close(reply["grads"][0], leaf.grad, f"The gradient of {what} with respect to the logits")
 
 
@@ -476,7 +477,7 @@ def schedule(t: Tester):
         except CheckFailed as e:
             if step == 0 and ("ZeroDivisionError" in str(e) or "negative power" in str(e)):
                 t.fail(f"{e} Likely cause: step 0 must count as step 1 (0^-0.5 divides by zero): step = max(step, 1).",
-                       "noam_step_zero", "step 0 must count as step 1: step = max(step, 1).")
+                       NOAM_STEP_ZERO)
             raise
         got, want = reply["value"], noam(step, d_model, warmup, factor)
         if not isinstance(got, (int, float)) and not (torch.is_tensor(got) and got.numel() == 1):
@@ -485,24 +486,22 @@ def schedule(t: Tester):
         if not math.isclose(got, want, rel_tol=1e-9):
             cause = None
             if math.isclose(got, noam(step + 1, d_model, warmup, factor), rel_tol=1e-9):
-                cause = Mistake("noam_off_by_one", "the schedule is one step ahead: noam_lr(step) uses `step` itself "
-                                "(step 0 counts as step 1).")
+                cause = NOAM_OFF_BY_ONE
             elif math.isclose(got, noam(step, d_model, warmup), rel_tol=1e-9):
-                cause = Mistake("noam_factor_ignored", "`factor` multiplies the whole learning rate.")
+                cause = CATALOGUE.mistake("noam_factor_ignored", "`factor` multiplies the whole learning rate.")
             text = f" Likely cause: {cause.text}" if cause else ""
-            t.fail(f"{what} should be {want:.10g}, but it is {got:.10g}.{text}", cause.id if cause else None,
-                   cause.text if cause else None)
+            t.fail(f"{what} should be {want:.10g}, but it is {got:.10g}.{text}", cause)
     info = t.run(recipe_optimizer, 64, 10, 1.0, 12, what="`make_optimizer`")["value"]
     if info["type"] != "Adam":
-        t.fail(f"make_optimizer should build torch.optim.Adam, but built {info['type']}.", "optimizer_kind")
+        t.fail(f"make_optimizer should build torch.optim.Adam, but built {info['type']}.", OPTIMIZER_KIND)
     if [round(b, 6) for b in info["betas"]] != [0.9, 0.98] or not math.isclose(info["eps"] or 0, 1e-9):
         t.fail(f"make_optimizer's Adam should have the paper's betas (0.9, 0.98) and eps 1e-9; it has betas "
-               f"{info['betas']} and eps {info['eps']}.", "adam_settings")
+               f"{info['betas']} and eps {info['eps']}.", ADAM_SETTINGS)
     if not info["same_params"]:
         t.fail("make_optimizer's optimizer should hold the model's parameters (model.parameters()).")
     if info["base_lr"] is None or not math.isclose(info["base_lr"], 1.0):
         t.fail(f"make_optimizer's Adam should have base lr 1.0 (the LambdaLR multiplies it by noam_lr); it has "
-               f"{info['base_lr']}.", "base_lr")
+               f"{info['base_lr']}.", BASE_LR)
     want = [noam(s, 64, 10) for s in range(13)]
     if not all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(info["lrs"], want)):
         shifted = [noam(s + 1, 64, 10) for s in range(13)]
@@ -510,7 +509,7 @@ def schedule(t: Tester):
         t.fail(f"After s scheduler steps the learning rate should be noam_lr(s, 64, 10): {[f'{x:.4g}' for x in want[:5]]}"
                f"...; make_optimizer's gives {[f'{x:.4g}' for x in info['lrs'][:5]]}..." +
                (" Likely cause: the schedule is one step ahead." if off else ""),
-               "noam_off_by_one" if off else "scheduler_values")
+               NOAM_OFF_BY_ONE if off else SCHEDULER_VALUES)
 
 
 def _train_inputs(t: Tester):
@@ -524,7 +523,7 @@ def _train_inputs(t: Tester):
 def _compare_steps(t: Tester, got, p, batches_, what, names, **kw):
     want, _ = judge_steps(p, batches_, len(got["params"]), **kw)
     for i in sorted({0, len(want) - 1}):
-        mistakes = lambda i=i: [(Mistake(k, text), flat(judge_steps(p, batches_, i + 1, **{**kw, **dev})[0][i], names))
+        mistakes = lambda i=i: [(CATALOGUE.mistake(k, text), flat(judge_steps(p, batches_, i + 1, **{**kw, **dev})[0][i], names))
                                 for k, (text, dev) in STEP_MISTAKES.items()]
         t.expect_close(flat(got["params"][i], names), flat(want[i], names),
                        f"The parameters after {i + 1} call(s) of {what}", mistakes, atol=1e-8)
@@ -541,7 +540,7 @@ def train_step(t: Tester):
             holds = isinstance(r, dict) and r.get("requires_grad")
             t.fail(f"{what} should return the loss as a Python float (loss.item()), but it returned a "
                    f"{r.get('type') if isinstance(r, dict) else type(r).__name__}" +
-                   (" that still holds the autograd graph" if holds else "") + ".", "loss_returned_as_tensor")
+                   (" that still holds the autograd graph" if holds else "") + ".", LOSS_RETURNED_AS_TENSOR)
     _compare_steps(t, got, p, batches_, what, names)
     _, losses = judge_steps(p, batches_, 3)
     for i, (a, b) in enumerate(zip(got["returned"], losses)):
@@ -550,10 +549,10 @@ def train_step(t: Tester):
             total = (f" That is the loss times the batch's {n} non-pad target tokens (a total): return the mean."
                      if math.isclose(a, b * n, rel_tol=1e-9) else "")
             t.fail(f"Call {i + 1} of {what} returned {a:.10g}; the loss of that batch before the update is "
-                   f"{b:.10g}.{total}", "wrong_loss_returned")
+                   f"{b:.10g}.{total}", WRONG_LOSS_RETURNED)
     if not got["training"]:
         t.fail(f"After {what} the model is in eval mode: train_step must call model.train() (dropout is part of "
-               f"training).", "eval_mode_in_train")
+               f"training).", EVAL_MODE_IN_TRAIN)
     stale = t.run(recipe_train, p, table, V, 1, batches_, 2, "adam", 0.1, None, 4, stale_grads=True,
                   what=f"{what} with gradients left from before")["value"]
     _compare_steps(t, stale, p, batches_, "`train_step` (smoothing 0.1) on a model holding old gradients", names,
@@ -566,7 +565,7 @@ def train_step(t: Tester):
     nodrop = t.run(recipe_train, p, table, V, 1, batches_, 1, "adam", 0.0, None, 4, dropout=0.0, what=what)["value"]
     if math.isclose(drop["returned"][0], nodrop["returned"][0], rel_tol=1e-12):
         t.fail(f"{what} on a model with dropout=0.5 gives the same loss as without dropout: the step runs in eval "
-               f"mode. Call model.train() first.", "eval_mode_in_train")
+               f"mode. Call model.train() first.", EVAL_MODE_IN_TRAIN)
 
 
 @group("m5", "evaluate", depends=("loss",))
@@ -590,26 +589,26 @@ def evaluate(t: Tester):
                "grad_enabled": reply["record"]["grad_ops"] > 0}
         value = got["value"]
         if not isinstance(value, float):
-            t.fail(f"{what} should return a Python float, but it returned {describe(value)}.", "loss_returned_as_tensor")
+            t.fail(f"{what} should return a Python float, but it returned {describe(value)}.", LOSS_RETURNED_AS_TENSOR)
         if got["train_during"]:
             t.fail(f"{what}: the model ran in training mode (dropout on); evaluate switches to model.eval().",
-                   "evaluate_in_train_mode")
+                   EVALUATE_IN_TRAIN_MODE)
         if not math.isclose(value, want, rel_tol=1e-9):
             cause = None
             if math.isclose(value, sum(per_batch) / len(per_batch), rel_tol=1e-9):
-                cause = Mistake("mean_of_batch_means", "this is the mean of the per-batch means; divide the total loss "
-                                "of all non-pad tokens by their number (batches with more tokens weigh more).")
+                cause = CATALOGUE.mistake("mean_of_batch_means", "this is the mean of the per-batch means; divide the total loss "
+                                          "of all non-pad tokens by their number (batches with more tokens weigh more).")
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"{what} should be {want:.10g} (plain cross-entropy per non-pad target token), but it is "
-                   f"{value:.10g}.{text}", cause.id if cause else None, cause.text if cause else None)
+                   f"{value:.10g}.{text}", cause)
         if got["grad_enabled"]:
             t.fail(f"{what}: the forward passes ran with gradients enabled; wrap them in torch.no_grad().",
-                   "evaluate_with_grad")
+                   EVALUATE_WITH_GRAD)
         if any(after != (mode == "train") for after in got["modes_after"]):
             now = "train" if got["modes_after"][0] else "eval"
             some = "" if len(set(got["modes_after"])) == 1 else " (some of its submodules are not)"
             t.fail(f"{what}: afterwards the model is in {now} mode{some}; evaluate must put back the mode it found "
-                   f"(model.train(was_training) sets every submodule).", "evaluate_mode_not_restored")
+                   f"(model.train(was_training) sets every submodule).", EVALUATE_MODE_NOT_RESTORED)
 
 
 # The student's own train_step, by the contract (no stand-in): a wrong train_step that also stops
@@ -628,7 +627,7 @@ def learning(t: Tester):
         t.fail(f"A Transformer(d_model=8, 1 layer) trained with your train_step and {opt} for 150 steps on one "
                f"batch of 8 copy examples should overfit it (the course's code reaches a loss below 0.01; the limit "
                f"is 0.5), but the grader measures its loss going from {first:.3f} to {final:.3f}.{above}",
-               "does_not_learn")
+               DOES_NOT_LEARN)
 
 
 def judge_loss(params, batch) -> float:

@@ -22,9 +22,12 @@ from torch import nn
 
 from autograder.grading.checks import CheckFailed, NotJudged, Tester, describe, group, shape_str, stand_ins
 from autograder.milestones.reference import D, D_FF, HEADS, TorchModel, model_params, pe_table
-from autograder.grading.diagnosis import Catalogue, Mistake
+from autograder.grading.diagnosis import reproducing
+from autograder.milestones.m6.mistakes import (
+    CATALOGUE, BOS_MISSING, CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED, NEXT_TOKEN_LOGITS_WRONG,
+    NO_EARLY_STOP, NOT_EVAL_MODE, NUMPY_WORK, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE, SCORES_DTYPE,
+    TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE, TOO_MANY_STEPS)
 
-CATALOGUE = Catalogue("m6")
 PAD, BOS, EOS = 0, 1, 2
 V = 9                 # vocabulary of every model here: <pad> <bos> <eos> and six tokens
 MAX_POS = 40          # the random Transformers' positional table
@@ -476,8 +479,8 @@ def uncached_step_flops(B, t, Ls, layers, d=D, d_ff=D_FF, vocab=V):
 
 # ---- the catalogue ---------------------------------------------------------------------------------
 
-NO_PAD = Mistake("no_pad_after_eos", "after a sequence's <eos> the loop keeps appending the model's choices; "
-                 "every later position must be pad_id (keep a `finished` flag per row and write pad_id where it is set).")
+NO_PAD = CATALOGUE.mistake("no_pad_after_eos", "after a sequence's <eos> the loop keeps appending the model's choices; "
+                           "every later position must be pad_id (keep a `finished` flag per row and write pad_id where it is set).")
 
 _SAMPLING = (
     ("temperature_ignored", "the temperature has no effect on the distribution: divide the logits by it before the "
@@ -537,7 +540,7 @@ _CACHED = (
          "after the last layer.", {"no_final_norm": True}),
         ("cached_pre_ln_raw_keys", "in pre-LN the new position's keys and values come from the raw stream; they "
          "come from norm1(x), as its query does.", {"raw_keys": True}))
-_CACHED_DEVIATIONS = [(Mistake(_id, _text), _dev) for _id, _text, _dev in _CACHED]
+_CACHED_DEVIATIONS = [(CATALOGUE.mistake(_id, _text), _dev) for _id, _text, _dev in _CACHED]
 
 
 # ---- reading what came back -----------------------------------------------------------------------
@@ -564,19 +567,19 @@ def expect_format(t: Tester, tokens, what, B, max_len, after_eos=None):
         t.fail(f"{what} should be a [B, T] = [{B}, T] tensor of token ids, but it has shape {shape_str(tokens.shape)}.")
     if tokens.dtype != torch.long:
         t.fail(f"{what} has dtype {str(tokens.dtype).replace('torch.', '')}; token ids are int64 (torch.long).",
-               "tokens_dtype")
+               TOKENS_DTYPE)
     if not bool((tokens[:, 0] == BOS).all()):
         t.fail(f"{what}: column 0 should be bos_id = {BOS} in every row, but it is {tokens[:, 0].tolist()}: start "
-               f"from a [B, 1] column of bos_id and keep it in the result.", "bos_missing")
+               f"from a [B, 1] column of bos_id and keep it in the result.", BOS_MISSING)
     if tokens.size(1) > max_len + 1:
         t.fail(f"{what} has {tokens.size(1)} columns for max_len={max_len}; at most max_len + 1 = {max_len + 1} "
-               f"(<bos> and up to max_len generated tokens).", "too_many_steps")
+               f"(<bos> and up to max_len generated tokens).", TOO_MANY_STEPS)
     for b, row in enumerate(tokens.tolist()):
         if EOS in row:
             after = row[row.index(EOS) + 1:]
             if any(x != PAD for x in after):
                 t.fail(f"{what}: row {b} is {row}; after its <eos> (id {EOS}) every position should be pad_id = {PAD}. "
-                       f"Likely cause: {after_eos.text}", after_eos.id, after_eos.text)
+                       f"Likely cause: {after_eos.text}", after_eos)
 
 
 def steps_run(got, rows_per_step):
@@ -590,32 +593,30 @@ def expect_torch_only(t: Tester, got, what):
     if got.get("numpy"):
         t.fail(f"{what} worked on tensor data outside torch (.numpy(), .tolist(), numpy arrays, "
                f"torch.from_numpy): the grader counts the work of each step in tensor operations, and work done "
-               f"there cannot be counted. Decode with torch operations only.", "numpy_work",
-               "part of the computation ran in numpy, where no work can be counted.")
+               f"there cannot be counted. Decode with torch operations only.", NUMPY_WORK)
 
 
 def mode_cause(got):
     """Why tokens can differ when the code is otherwise right: dropout was on."""
     if any(got["modes"]) or got.get("dropout_ops"):
-        return Mistake("not_eval_mode", "the model ran in training mode, so dropout changed its outputs at random: "
-                       "call model.eval() first (and put the mode back at the end).")
+        return NOT_EVAL_MODE
     return None
 
 
 def expect_modes(t: Tester, got, what, train):
     if any(got["modes"]) or got["dropout_ops"]:
         t.fail(f"{what} ran the model in training mode (dropout on, random tokens): call model.eval() first "
-               f"(and put the mode back at the end).", "not_eval_mode")
+               f"(and put the mode back at the end).", NOT_EVAL_MODE)
     if any(got["grad"]) or got["grad_ops"]:
         t.fail(f"{what} ran the model with gradients enabled: run the decoding under torch.no_grad() (or "
-               f"torch.inference_mode()); otherwise every step builds an autograd graph for nothing.", "grad_enabled")
+               f"torch.inference_mode()); otherwise every step builds an autograd graph for nothing.", GRAD_ENABLED)
     after = got["modes_after"]
     if any(m != train for m in after):
         some = "" if len(set(after)) == 1 else " (some of its submodules)"
         t.fail(f"{what} left a model that was in {'train' if train else 'eval'} mode in "
                f"{'train' if after[0] else 'eval'} mode{some}: put back the mode it found "
                f"(was_training = model.training ... model.train(was_training), in a try/finally: model.train "
-               f"sets every submodule).", "mode_not_restored")
+               f"sets every submodule).", MODE_NOT_RESTORED)
 
 
 def rows_text(tokens: torch.Tensor) -> str:
@@ -631,9 +632,9 @@ def sources(t: Tester, lengths, Ls=None):
     return src, keep[:, None, :]
 
 
-GENERATOR_BY_HAND = Mistake("generator_not_used", "the code reads model.generator's weight or bias instead of "
-                            "calling it: compute the logits with model.generator(x) (the checks' scripted models "
-                            "have a generator without a weight, and they watch the steps there).")
+GENERATOR_BY_HAND = CATALOGUE.mistake("generator_not_used", "the code reads model.generator's weight or bias instead of "
+                                      "calling it: compute the logits with model.generator(x) (the checks' scripted models "
+                                      "have a generator without a weight, and they watch the steps there).")
 
 
 def decode(t: Tester, spec, func, src, src_mask, max_len, what, train=True, **kw):
@@ -697,7 +698,7 @@ def check_greedy_like(t: Tester, func, spec, src, src_mask, max_len, label, *, c
                 cause = NO_MASK
         text = f" Likely cause: {cause.text}" if cause else ""
         t.fail(f"{what} gave the tokens {rows_text(tokens)}; greedy decoding gives {rows_text(want)}.{text}",
-               cause.id if cause else None, cause.text if cause else None)
+               cause)
     expect_early_stop(t, got, what, B, steps)
     return got, want_logits, steps
 
@@ -706,14 +707,14 @@ def expect_early_stop(t: Tester, got, what, rows_per_step, steps):
     ran = steps_run(got, rows_per_step)
     if ran == 0:          # right tokens, but the steps cannot be watched: the rule the docstring states
         t.fail(f"{what} never called model.generator: compute each step's logits with model.generator(...) "
-               f"(the checks observe the steps there).", "generator_not_used")
+               f"(the checks observe the steps there).", GENERATOR_BY_HAND)
     if ran > steps:
         t.fail(f"{what} ran {ran} decoding steps (seen at model.generator); every sequence had ended after {steps}: "
-               f"stop the loop as soon as all of them have produced <eos>.", "no_early_stop")
+               f"stop the loop as soon as all of them have produced <eos>.", NO_EARLY_STOP)
 
 
-NO_MASK = Mistake("no_causal_mask", "the prefix is decoded without the causal mask: pass causal_mask(t) (milestone 1) "
-                  "as tgt_mask to model.decode; with two or more layers the earlier positions otherwise see later tokens.")
+NO_MASK = CATALOGUE.mistake("no_causal_mask", "the prefix is decoded without the causal mask: pass causal_mask(t) (milestone 1) "
+                            "as tgt_mask to model.decode; with two or more layers the earlier positions otherwise see later tokens.")
 
 
 def blame_helper(t: Tester, failure: CheckFailed):
@@ -734,10 +735,10 @@ def blame_helper(t: Tester, failure: CheckFailed):
     if t.close(got["logits"], stepper(spec, src, src_mask, causal=False)(ys, torch.arange(3))):
         said = failure.cause == NO_MASK.id             # the tokens' message already gave the cause
         t.fail(f"{failure} {what} decodes the prefix without the causal mask" +
-               ("." if said else f". Likely cause: {NO_MASK.text}"), NO_MASK.id, NO_MASK.text)
+               ("." if said else f". Likely cause: {NO_MASK.text}"), NO_MASK)
     t.fail(f"{failure} {what} gives wrong logits: it should return model.generator(model.decode(ys, memory, "
            f"src_mask, causal_mask(t))[:, -1]), the logits [B, V] of the token after the last position.",
-           "next_token_logits_wrong", "the helper `_next_token_logits` gives wrong logits.")
+           NEXT_TOKEN_LOGITS_WRONG)
 
 
 @group("m6", "greedy", observes=True)
@@ -840,7 +841,7 @@ def sampling(t: Tester):
         if got["raised"] != "ValueError":
             t.fail(f"`sample_decode(..., temperature={bad})` should raise ValueError (the temperature must be > 0), "
                    f"but it {'raised ' + got['raised'] + ': ' + got['message'] if got['raised'] else 'returned'}.",
-                   "temperature_not_checked")
+                   TEMPERATURE_NOT_CHECKED)
     # The distribution of the first token, over N_DRAWS rows with the same source.
     many_src, many_mask = src.expand(N_DRAWS, -1).clone(), src_mask.expand(N_DRAWS, -1, -1).clone()
     for temperature, top_k, top_p, label in cases:
@@ -860,7 +861,7 @@ def sampling(t: Tester):
             share = lambda x: ", ".join(f"{'<eos>' if v == EOS else v}: {x[v]:.2f}" for v in range(EOS, V))  # noqa: E731
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"With {label}, the first token over {N_DRAWS} draws came out with frequencies {{{share(counts / N_DRAWS)}}}; "
-                   f"the filtered distribution is {{{share(want)}}} (a token of probability 0 must never be drawn).{text}", cause.id if cause else None, cause.text if cause else None)
+                   f"the filtered distribution is {{{share(want)}}} (a token of probability 0 must never be drawn).{text}", cause)
     # Whole runs, seeded: exactly the judge's tokens.
     for temperature, top_k, top_p in ((1.0, None, None), (0.7, 3, None), (1.3, None, 0.7), (0.9, 5, 0.9)):
         src, src_mask = sources(t, [1, 4, 2, 6, 3], Ls=6)
@@ -880,7 +881,7 @@ def sampling(t: Tester):
                     and same_tokens(tokens, v)]
             if len(fits) == 1:
                 t.fail(f"{what} gave {rows_text(tokens)}; with the same generator seed the contract's sampler gives "
-                       f"{rows_text(want)}. Likely cause: {fits[0].text}", fits[0].id, fits[0].text)
+                       f"{rows_text(want)}. Likely cause: {fits[0].text}", fits[0])
             calls = got["multinomial"]
             shapes = sorted({tuple(c[0]) for c in calls})
             if not calls:
@@ -895,7 +896,7 @@ def sampling(t: Tester):
                 why = ("the distribution checks above passed, so look at what the draws are used for: the generator "
                        "passed on to torch.multinomial, pad_id for finished rows, the prefix fed back.")
             t.fail(f"{what} gave {rows_text(tokens)}; with the same generator seed the contract's sampler gives "
-                   f"{rows_text(want)}. {why[0].upper() + why[1:]}", "sampling_not_reproducible")
+                   f"{rows_text(want)}. {why[0].upper() + why[1:]}", SAMPLING_NOT_REPRODUCIBLE)
         expect_early_stop(t, got, what, 5, steps)
 
 
@@ -913,35 +914,32 @@ def expect_beam(t: Tester, spec, src, src_mask, max_len, K, alpha, label, want=N
     t.expect_tensor(scores, f"The scores of {what}", shape=(B,))
     if scores.dtype != torch.float64:
         t.fail(f"The scores of {what} have dtype {str(scores.dtype).replace('torch.', '')}; they should be in the "
-               f"model's dtype (float64 here).", "scores_dtype")
+               f"model's dtype (float64 here).", SCORES_DTYPE)
     step = stepper(spec, src, src_mask)
     want_tokens, want_scores = want if want is not None else judge_beam(step, B, max_len, K, alpha)
     ok = same_tokens(tokens, want_tokens) and close_scores(scores, want_scores)
     if ok:
         return tokens
-    cause = mode_cause(got)
-    for m, (v_tokens, v_scores) in ([] if cause else CATALOGUE.tried("beam", step, B, max_len, K, alpha)):
-        differs = not same_tokens(v_tokens, want_tokens) or not close_scores(v_scores, want_scores)
-        if differs and same_tokens(tokens, v_tokens) and torch.allclose(scores, v_scores, rtol=1e-7, atol=1e-7):
-            cause = m if cause is None else Mistake("", "")         # two fit: name neither
-    if cause is not None and not cause.id:
-        cause = None
+    cause = mode_cause(got) or reproducing(
+        CATALOGUE.tried("beam", step, B, max_len, K, alpha),
+        lambda v: (not same_tokens(v[0], want_tokens) or not close_scores(v[1], want_scores))      # not right
+        and same_tokens(tokens, v[0]) and torch.allclose(scores, v[1], rtol=1e-7, atol=1e-7))      # but theirs
     if cause is None and B > 1:
         alone = [decode(t, spec, "beam_search", src[b:b + 1], src_mask[b:b + 1], max_len, what,
                         kwargs={"beam_size": K, "length_penalty": alpha})["result"] for b in range(B)]
         alone_want = [judge_beam(stepper(spec, src[b:b + 1], src_mask[b:b + 1]), 1, max_len, K, alpha) for b in range(B)]
         if all(isinstance(a, (tuple, list)) and same_tokens(a[0], w[0]) and isinstance(a[1], torch.Tensor)
                and close_scores(a[1].to(torch.float64), w[1]) for a, w in zip(alone, alone_want)):
-            cause = Mistake("beam_items_mixed", "each item alone gives the right result but not in a batch: the "
-                            "items' rows get mixed up, e.g. memory or src_mask repeated with .repeat (whole batch "
-                            "after whole batch) where .repeat_interleave(beam_size, dim=0) (each item beam_size times "
-                            "in a row) matches the [B * beam_size] order of the hypotheses.")
+            cause = CATALOGUE.mistake("beam_items_mixed", "each item alone gives the right result but not in a batch: the "
+                                      "items' rows get mixed up, e.g. memory or src_mask repeated with .repeat (whole batch "
+                                      "after whole batch) where .repeat_interleave(beam_size, dim=0) (each item beam_size times "
+                                      "in a row) matches the [B * beam_size] order of the hypotheses.")
     text = f" Likely cause: {cause.text}" if cause else ""
     digits = 6 if not same_tokens(tokens, want_tokens) else 12          # show where the scores differ
     t.fail(f"{what} gave tokens {rows_text(tokens)} with scores {[round(s, digits) for s in scores.tolist()]}; the "
            f"beam search gives {rows_text(want_tokens)} with scores {[round(s, digits) for s in want_scores.tolist()]}."
            f"{text}",
-           cause.id if cause else None, cause.text if cause else None)
+           cause)
 
 
 def close_scores(a, b) -> bool:
@@ -1005,9 +1003,9 @@ def beam(t: Tester):
 
 # ---- KV cache ------------------------------------------------------------------------------------
 
-EMPTY_CACHE = Mistake("cache_without_new_position", "at the first step your attention ran over zero keys: the "
-                      "newest position must attend to itself too, so append its key and value to the cache first, then "
-                      "attend over every cached position.")
+EMPTY_CACHE = CATALOGUE.mistake("cache_without_new_position", "at the first step your attention ran over zero keys: the "
+                                "newest position must attend to itself too, so append its key and value to the cache first, then "
+                                "attend over every cached position.")
 
 
 def empty_attention(reply):
@@ -1034,7 +1032,7 @@ def kv_cache(t: Tester):
             cause = cause or (fits[0] if len(fits) == 1 else None)
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"{what} gave {rows_text(tokens)}; greedy decoding gives {rows_text(want)}.{text}",
-                   cause.id if cause else None, cause.text if cause else None)
+                   cause)
         expect_early_stop(t, got, what, 4, steps)
         done = torch.zeros(4, dtype=torch.bool)
         for i, (have, expected) in enumerate(zip(got["logits"], want_logits)):
@@ -1055,7 +1053,7 @@ def kv_cache(t: Tester):
     expect_torch_only(t, got, what)
     if len(marks) < max_len:
         t.fail(f"{what} called model.generator {len(marks)} times in {max_len} steps: compute each step's logits "
-               f"with model.generator (the checks observe them there).", "generator_not_used")
+               f"with model.generator (the checks observe them there).", GENERATOR_BY_HAND)
     # The whole run too: work done before the first step, or between steps and then replayed, is work.
     allowed_total = encoding_flops(B, Ls, 2) + sum(step_flops(B, n, Ls, 2) for n in range(1, len(marks) + 1))
     if got["total_flops"] > 1.1 * allowed_total:
@@ -1063,7 +1061,7 @@ def kv_cache(t: Tester):
                f"multiply-add), {got['total_flops'] / allowed_total:.1f} times what a cached decoder needs for these "
                f"{len(marks)} steps ({allowed_total:,}: the encoder, the keys and values of memory once, then the newest "
                f"position alone at each step). The cache must save the work, not only move it before the first step or "
-               f"between the steps.", "cache_not_used", "the cached decoder does more work in total than the steps need.")
+               f"between the steps.", CACHE_NOT_USED.saying('the cached decoder does more work in total than the steps need.'))
     for i in range(1, len(marks)):
         t_pos = i + 1                                    # positions cached at step i + 1, the newest included
         used, allowed = marks[i] - marks[i - 1], step_flops(B, t_pos, Ls, 2)
@@ -1082,7 +1080,7 @@ def kv_cache(t: Tester):
                    f"newest position alone needs {allowed:,} (its projections, attention over {t_pos} cached positions "
                    f"and {Ls} memory positions, feed-forward, generator); an uncached step at this position needs "
                    f"{uncached_step_flops(B, t_pos, Ls, 2):,}. Per step yours used {grown}.{hint}",
-                   "cache_not_used", "the cached step does more work than the newest position needs.")
+                   CACHE_NOT_USED.saying('the cached step does more work than the newest position needs.'))
 
 
 # ---- modes and batching ----------------------------------------------------------------------------
@@ -1161,8 +1159,8 @@ def batched(t: Tester):
             t.fail(f"`{func}` ran {base} tensor operations for a batch of 2 (4 steps), where decoding without a loop "
                    f"over the batch needs at most about {LOOP_LIMITS[func]}: that points to a loop that runs a fixed "
                    f"number of times (for example over a padded batch). Work on all B rows at once (a loop over "
-                   f"the time steps is expected).", "python_loop")
+                   f"the time steps is expected).", PYTHON_LOOP)
         if more != base:
             t.fail(f"`{func}` ran {base} tensor operations for a batch of 2 but {more} for a batch of {grown} (same source "
                    f"length, same number of steps): that points to a Python loop over the batch items. Work on all "
-                   f"B rows at once (a loop over the time steps is expected).", "python_loop")
+                   f"B rows at once (a loop over the time steps is expected).", PYTHON_LOOP)

@@ -1,0 +1,32 @@
+"""Milestone 5's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
+computations in checks.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
+declared here. A declaration without text: the check's message says it."""
+from autograder.grading.diagnosis import Catalogue
+
+CATALOGUE = Catalogue("m5")
+
+ADAM_SETTINGS = CATALOGUE.mistake("adam_settings")
+BASE_LR = CATALOGUE.mistake("base_lr")
+BATCH_DTYPE = CATALOGUE.mistake("batch_dtype")
+BATCH_NOT_DICT = CATALOGUE.mistake("batch_not_dict")
+DOES_NOT_LEARN = CATALOGUE.mistake("does_not_learn")
+EVAL_MODE_IN_TRAIN = CATALOGUE.mistake("eval_mode_in_train")
+EVALUATE_IN_TRAIN_MODE = CATALOGUE.mistake("evaluate_in_train_mode")
+EVALUATE_MODE_NOT_RESTORED = CATALOGUE.mistake("evaluate_mode_not_restored")
+EVALUATE_WITH_GRAD = CATALOGUE.mistake("evaluate_with_grad")
+GRAPH_CUT = CATALOGUE.mistake("graph_cut")
+INPUT_MODIFIED = CATALOGUE.mistake("input_modified")
+LOSS_NOT_SCALAR = CATALOGUE.mistake("loss_not_scalar")
+LOSS_RETURNED_AS_TENSOR = CATALOGUE.mistake("loss_returned_as_tensor")
+NOAM_OFF_BY_ONE = CATALOGUE.mistake(
+    "noam_off_by_one",
+    'the schedule is one step ahead: noam_lr(step) uses `step` itself (step 0 counts as step 1).')
+NOAM_STEP_ZERO = CATALOGUE.mistake("noam_step_zero", 'step 0 must count as step 1: step = max(step, 1).')
+OPTIMIZER_KIND = CATALOGUE.mistake("optimizer_kind")
+SCHEDULER_VALUES = CATALOGUE.mistake("scheduler_values")
+TOKENIZER_DECODE = CATALOGUE.mistake("tokenizer_decode")
+TOKENIZER_ENCODE = CATALOGUE.mistake("tokenizer_encode")
+TOKENIZER_SPECIALS = CATALOGUE.mistake("tokenizer_specials")
+TOKENIZER_UNSORTED = CATALOGUE.mistake("tokenizer_unsorted")
+TOKENIZER_VOCAB_SIZE = CATALOGUE.mistake("tokenizer_vocab_size")
+WRONG_LOSS_RETURNED = CATALOGUE.mistake("wrong_loss_returned")

@@ -1,0 +1,28 @@
+"""Milestone 6's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
+computations in checks.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
+declared here. A declaration without text: the check's message says it."""
+from autograder.grading.diagnosis import Catalogue
+
+CATALOGUE = Catalogue("m6")
+
+BOS_MISSING = CATALOGUE.mistake("bos_missing")
+CACHE_NOT_USED = CATALOGUE.mistake("cache_not_used")
+GRAD_ENABLED = CATALOGUE.mistake("grad_enabled")
+MODE_NOT_RESTORED = CATALOGUE.mistake("mode_not_restored")
+NEXT_TOKEN_LOGITS_WRONG = CATALOGUE.mistake(
+    "next_token_logits_wrong",
+    'the helper `_next_token_logits` gives wrong logits.')
+NO_EARLY_STOP = CATALOGUE.mistake("no_early_stop")
+NOT_EVAL_MODE = CATALOGUE.mistake(
+    "not_eval_mode",
+    'the model ran in training mode, so dropout changed its outputs at random: call model.eval() first '
+    '(and put the mode back at the end).')
+NUMPY_WORK = CATALOGUE.mistake(
+    "numpy_work",
+    'part of the computation ran in numpy, where no work can be counted.')
+PYTHON_LOOP = CATALOGUE.mistake("python_loop")
+SAMPLING_NOT_REPRODUCIBLE = CATALOGUE.mistake("sampling_not_reproducible")
+SCORES_DTYPE = CATALOGUE.mistake("scores_dtype")
+TEMPERATURE_NOT_CHECKED = CATALOGUE.mistake("temperature_not_checked")
+TOKENS_DTYPE = CATALOGUE.mistake("tokens_dtype")
+TOO_MANY_STEPS = CATALOGUE.mistake("too_many_steps")
