@@ -144,3 +144,21 @@ def assess(found, m: config.Milestone, course: config.Course, times: dict[str, d
         return Late(submitted, source, m.due)
     days = course.late.days_late(submitted, m.due)
     return Late(submitted, source, m.due, days, course.late.percent(days))
+
+
+def schedule_text(course: config.Course) -> str:
+    """`course term`: the dates of course.yaml, and what is open now."""
+    now = dt.datetime.now(course.tz)
+    lines = [f"{course.title}: dates in {course.timezone}. Late policy: {course.late.describe()}.", "",
+             f"{'milestone':<10} {'release':<17} {'due':<17} {'late work until':<17} now"]
+    fmt = "%Y-%m-%d %H:%M"
+    for m in course.milestones:
+        end = course.late_window_end(m)
+        state = ("not released" if m.release and now < m.release else
+                 "open" if m.due and now <= m.due else
+                 "late window" if end and now <= end else "closed" if m.due else "")
+        lines.append(f"{m.id:<10} {m.release.strftime(fmt) if m.release else '-':<17} "
+                     f"{m.due.strftime(fmt) if m.due else '-':<17} {end.strftime(fmt) if end else '-':<17} {state}")
+    lines += ["", "A milestone's folder holds the reference of the milestones it builds on: course.yaml cannot "
+                  "release it before their late work closes."]
+    return "\n".join(lines)

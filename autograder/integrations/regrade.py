@@ -87,7 +87,8 @@ def diff(old: Path | str, new: Path | str) -> list[StudentChange]:
         ot, nt = old_tests.get(key, {}), new_tests.get(key, {})
         for g in list(nt) + [g for g in ot if g not in nt]:
             a, b = ot.get(g, {}), nt.get(g, {})
-            if a.get("score") != b.get("score") or a.get("output", "") != b.get("output", ""):
+            if (a.get("score") != b.get("score") or a.get("max_score") != b.get("max_score")
+                    or a.get("output", "") != b.get("output", "")):
                 ch.groups.append(GroupChange(g, _num(a.get("score")), _num(b.get("score")),
                                              _num(b.get("max_score", a.get("max_score"))),
                                              clean(a.get("output", ""), one_line=False), clean(b.get("output", ""))))
