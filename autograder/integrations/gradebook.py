@@ -172,6 +172,11 @@ def build(inputs: list[Path | str], course: config.Course, roster: dict | None =
     return Gradebook([m for m in course.milestones if m.id in seen], written, book, roster or {}, summaries)
 
 
+def _n(x: float) -> float | int:
+    """20.0 -> 20, 17.5 stays: what a person and an LMS read."""
+    return int(x) if float(x).is_integer() else round(float(x), 2)
+
+
 def columns(gb: Gradebook) -> list[str]:
     cols = ["student"]
     for m in gb.milestones:
@@ -185,11 +190,11 @@ def rows(gb: Gradebook) -> list[dict]:
         row = {"student": clean(s, one_line=True)}
         for m in gb.milestones:
             c = gb.cell(s, m.id)
-            row.update({f"{m.id} autograded": c.autograded if c.autograded is not None else 0,
-                        f"{m.id} written": "" if c.written is None else c.written,
-                        f"{m.id} late penalty": c.late_penalty, f"{m.id} total": c.total,
+            row.update({f"{m.id} autograded": _n(c.autograded or 0),
+                        f"{m.id} written": "" if c.written is None else _n(c.written),
+                        f"{m.id} late penalty": _n(c.late_penalty), f"{m.id} total": _n(c.total),
                         f"{m.id} flags": clean("; ".join(c.flags), one_line=True)})
-        row.update(total=gb.total(s), max_total=gb.max_total, flags=clean("; ".join(gb.flags(s)), one_line=True))
+        row.update(total=_n(gb.total(s)), max_total=gb.max_total, flags=clean("; ".join(gb.flags(s)), one_line=True))
         out.append(row)
     return out
 

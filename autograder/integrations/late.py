@@ -140,6 +140,7 @@ def submission_time(found, m: config.Milestone, course: config.Course,
 
 def assess(found, m: config.Milestone, course: config.Course, times: dict[str, dt.datetime] | None = None) -> Late:
     submitted, source = submission_time(found, m, course, times)
+    submitted = submitted.astimezone(course.tz) if submitted else None
     if m.due is None or submitted is None:
         return Late(submitted, source, m.due)
     days = course.late.days_late(submitted, m.due)
