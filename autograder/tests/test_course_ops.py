@@ -251,3 +251,40 @@ def test_similarity_ranks_the_near_copies_first(term):
     assert html.count('class="pair"') == len(data["pairs"]) and "<mark>" in html and "never a grade" in html
     # students who handed in the reference or the stub share nothing beyond the boilerplate
     assert not any({"abel", "dara"} & {p["a"], p["b"]} for p in data["pairs"])
+
+
+# ---- nbgrader's export: late policy and blank written answers ---------------------------------------
+
+def test_export_scores_applies_the_late_policy_and_flags_blank_answers():
+    pytest.importorskip("nbgrader")
+    from types import SimpleNamespace as NS
+    from nbgrader.api import MissingEntry
+    from autograder.integrations import nbgrade
+    m = COURSE.milestone("m3")
+
+    def grade(name, auto, manual=None, needs=False):
+        return NS(name=name, auto_score=auto, manual_score=manual, needs_manual_grade=needs,
+                  score=manual if manual is not None else auto)
+
+    full = [grade(c, p) for c, p in m.checks.items()]
+    subs = {"ann": ([*full, *(grade(w.id, 0) for w in m.written)], (m.due + dt.timedelta(days=1)).astimezone(dt.timezone.utc).replace(tzinfo=None)),
+            "ben": ([*full, *(grade(w.id, None, w.points) for w in m.written)], None)}
+
+    class Book:
+        students = [NS(id="ann"), NS(id="ben"), NS(id="cy")]
+
+        def find_submission_notebook(self, nb, folder, sid):
+            if sid not in subs:
+                raise MissingEntry()
+            return NS(grades=subs[sid][0])
+
+        def find_submission(self, folder, sid):
+            return NS(timestamp=subs[sid][1])
+
+    header, rows = nbgrade.score_rows(Book(), COURSE, m)
+    by = {r["student_id"]: r for r in rows}
+    assert {"submitted_at", "days_late", "late_percent", "late_penalty", "final_total"} <= set(header)
+    assert "written answer left blank (scored 0)" in by["ann"]["status"]
+    assert by["ann"]["days_late"] == 1 and by["ann"]["final_total"] == pytest.approx(m.max_score * 0.9)
+    assert by["ben"]["status"] == "ok" and by["ben"]["final_total"] == by["ben"]["total"] == 26
+    assert by["cy"]["status"] == "no submission"
