@@ -140,6 +140,7 @@ def _ops(course: config.Course, args) -> int:
         if args.command == "regrade-diff":
             from autograder.integrations import regrade
             changes = regrade.diff(Path(args.old), Path(args.new))
+            print(regrade.run_header(Path(args.old), Path(args.new)))
             print(regrade.diff_text(changes))
             if args.json:
                 from autograder.grading.report import write_json

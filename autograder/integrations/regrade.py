@@ -81,7 +81,7 @@ def diff(old: Path | str, new: Path | str) -> list[StudentChange]:
             continue
         ch = StudentChange(n["student"], key, "changed", _num(o["score"]), _num(n["score"]),
                            _num(o.get("final_score", o["score"])), _num(n.get("final_score", n["score"])))
-        for name in ("status", "flags", "seed", "integrity", "submitted_at"):
+        for name in ("status", "flags", "integrity", "submitted_at"):      # the seed: run_header, once
             if o.get(name, "") != n.get(name, ""):
                 ch.fields[name] = (o.get(name, ""), n.get(name, ""))
         ot, nt = old_tests.get(key, {}), new_tests.get(key, {})
@@ -95,6 +95,19 @@ def diff(old: Path | str, new: Path | str) -> list[StudentChange]:
         if ch.fields or ch.groups or ch.old_score != ch.new_score or ch.old_final != ch.new_final:
             out.append(ch)
     return out
+
+
+def run_header(old: Path | str, new: Path | str) -> str:
+    """What changed for the whole class (milestone, seed, sandbox), from the two summary.json."""
+    def summary(run):
+        try:
+            return json.loads((Path(run) / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+    a, b = summary(old), summary(new)
+    moved = [f"{k}: {a.get(k)} -> {b.get(k)}" for k in ("milestone", "seed", "sandbox", "max_score", "late_policy")
+             if a.get(k) != b.get(k)]
+    return ("Whole class: " + "; ".join(moved)) if moved else "Same milestone, seed, sandbox, points and late policy."
 
 
 def _pts(x) -> str:

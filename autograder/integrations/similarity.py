@@ -79,8 +79,14 @@ def _texts(submissions: Path, m: config.Milestone, staging: Path) -> tuple[dict[
     return texts, skipped
 
 
-def compare(texts: dict[str, str], boilerplate: list[str], threshold: float = 0.5) -> list[Pair]:
-    """Every pair whose similarity is at least `threshold`, most similar first."""
+MIN_TOKENS = 40            # fewer shared (filtered) characters than this is one coincidental k-gram or two
+
+
+def compare(texts: dict[str, str], boilerplate: list[str], threshold: float = 0.5,
+            min_tokens: int = MIN_TOKENS) -> list[Pair]:
+    """Every pair whose similarity is at least `threshold` over at least `min_tokens` shared
+    tokens, most similar first (a student who added three lines to the reference shares 100% of
+    them by chance with whoever added the same three)."""
     import numpy as np
     from copydetect.detector import compare_files
     from copydetect.utils import highlight_overlap
@@ -90,7 +96,7 @@ def compare(texts: dict[str, str], boilerplate: list[str], threshold: float = 0.
     pairs = []
     for a, b in itertools.combinations(sorted(prints), 2):
         tokens, (sa, sb), (sl_a, sl_b) = compare_files(prints[a], prints[b])
-        if max(sa, sb) < threshold:
+        if max(sa, sb) < threshold or tokens < min_tokens:
             continue
         pair = Pair(a, b, float(sa), float(sb), int(tokens))
         pair.html_a = highlight_overlap(prints[a].raw_code, sl_a, '<mark>', '</mark>', escape_html=True)[0]
@@ -121,7 +127,7 @@ def report_html(pairs: list[Pair], m: config.Milestone, students: int, threshold
 
 
 def run(submissions: Path | str, milestone: str, out: Path | str, course: config.Course | None = None,
-        threshold: float = 0.5, force: bool = False) -> tuple[list[Pair], list[str], int]:
+        threshold: float = 0.5, force: bool = False, min_tokens: int = MIN_TOKENS) -> tuple[list[Pair], list[str], int]:
     """(pairs, students not compared and why, students compared); writes DIR's three files."""
     course = course or config.load()
     m = course.milestone(milestone)
@@ -133,7 +139,7 @@ def run(submissions: Path | str, milestone: str, out: Path | str, course: config
         texts, skipped = _texts(Path(submissions), m, staging / "s")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    pairs = compare(texts, boilerplate_texts(course, m), threshold)
+    pairs = compare(texts, boilerplate_texts(course, m), threshold, min_tokens)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "similarity.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
