@@ -19,6 +19,10 @@ EPILOG = """examples:
   course classroom-workflow -m m1 --out repo/   GitHub Classroom workflow for student repos
   course release m1                      build, then `nbgrader generate_assignment` the m1 notebook
   course export-scores m1 -o m1.csv      per-check nbgrader scores of every student (gradebook.db)
+  course term                            the term's dates from course.yaml: release, due, late window
+  course gradebook graded/m1 graded/m2 scores-m3_blocks.csv --out book/   one table, Canvas/Moodle CSV, class.html
+  course regrade-diff graded/m1/previous graded/m1   what changed for whom after a regrade, and why
+  course similarity subs/ -m m1 --out sim/   pairs sharing code beyond the stub and reference (evidence, not a grade)
   course train --task reverse            train the reference Transformer, report exact match on unseen inputs
   course train --from my_files/          the same with your own six files
   course translate train-out/model.pt "abcde"   decode one input with a trained model
@@ -81,7 +85,86 @@ def _parser() -> argparse.ArgumentParser:
                          "with all of your rights (refused otherwise)")
     from autograder.integrations.batch.cli import add_parsers as _batch_parsers
     _batch_parsers(sub)
+    _ops_parsers(sub)
     return p
+
+
+# ---- running a term: term, gradebook, regrade-diff, similarity (docs/running-a-term.md) ----------
+
+def _ops_parsers(sub) -> None:
+    sub.add_parser("term", help="the term's schedule from course.yaml: release, due, end of the late window",
+                   description="Print each milestone's release and due date, the late policy and the last moment a "
+                               "late submission still earns points.")
+    gb = sub.add_parser("gradebook", help="one gradebook for the term: CSV, Canvas and Moodle CSV, class.html",
+                        description="Join grade-class --out folders and `course export-scores` CSVs (written answers) "
+                                    "into one table, a row per student and columns per milestone (autograded, "
+                                    "written, late penalty, total, flags); Canvas and Moodle import CSVs; class.html.")
+    gb.add_argument("results", nargs="+", metavar="RESULTS",
+                    help="grade-class --out folders and/or export-scores CSV files, any milestones")
+    gb.add_argument("--out", required=True, metavar="DIR")
+    gb.add_argument("--roster", metavar="CSV", help="student, and any of name, canvas_id, sis_user_id, "
+                                                   "sis_login_id, section, username, email")
+    gb.add_argument("--force", action="store_true", help="replace an earlier gradebook in DIR")
+    rd = sub.add_parser("regrade-diff", help="what changed for each student between two grade-class runs",
+                        description="Compare two grade-class --out folders (grade-class --force keeps the earlier "
+                                    "run in DIR/previous/): per student, the score, flags and every check group "
+                                    "whose points or message changed.")
+    rd.add_argument("old", metavar="OLD")
+    rd.add_argument("new", metavar="NEW")
+    rd.add_argument("--json", metavar="FILE", help="also write the changes as JSON")
+    sm = sub.add_parser("similarity", help="pairs of submissions sharing code beyond the stub and the reference",
+                        description="Fingerprint every submission (copydetect's winnowing; the released stub and "
+                                    "the reference are ignored) and report the pairs above --threshold, with the "
+                                    "shared code side by side in similarity.html. Evidence for a person, never a grade.")
+    sm.add_argument("submissions", metavar="SUBMISSIONS")
+    sm.add_argument("-m", "--milestone", required=True)
+    sm.add_argument("--out", required=True, metavar="DIR")
+    sm.add_argument("--threshold", type=float, default=0.5, help="least share of one's code found in the other (0.5)")
+    sm.add_argument("--force", action="store_true", help="replace an earlier report in DIR")
+
+
+def _ops(course: config.Course, args) -> int:
+    try:
+        if args.command == "term":
+            from autograder.integrations.late import schedule_text
+            print(schedule_text(course))
+            return 0
+        if args.command == "gradebook":
+            from autograder.integrations import gradebook
+            roster = gradebook.read_roster(args.roster) if args.roster else None
+            book = gradebook.build(args.results, course, roster)
+            written = gradebook.write(book, course, Path(args.out), force=args.force)
+            print(f"Gradebook of {len(book.students)} students, {', '.join(m.id for m in book.milestones)}: "
+                  + ", ".join(str(p) for p in written))
+            return 0
+        if args.command == "regrade-diff":
+            from autograder.integrations import regrade
+            changes = regrade.diff(Path(args.old), Path(args.new))
+            print(regrade.run_header(Path(args.old), Path(args.new)))
+            print(regrade.diff_text(changes))
+            if args.json:
+                from autograder.grading.report import write_json
+                write_json(args.json, regrade.diff_json(changes))
+            return 0
+        if args.command == "similarity":
+            from autograder.integrations import similarity
+            pairs, skipped, n = similarity.run(Path(args.submissions), args.milestone, Path(args.out), course,
+                                               args.threshold, args.force)
+            print(f"{n} submissions compared, {len(pairs)} pair(s) at or above {args.threshold:.0%}:")
+            for i, pair in enumerate(pairs[:10], 1):
+                print(f"{i:>3}. {pair.a} / {pair.b}: {pair.similarity:.0%} ({pair.tokens} shared tokens)")
+            for line in skipped:
+                print(f"not compared: {line}")
+            print(f"Wrote {args.out}/similarity.html, similarity.csv, similarity.json: evidence for a person to "
+                  f"read, never a grade.")
+            return 0
+    except (ValueError, FileExistsError) as e:
+        print(f"course {args.command}: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"course {args.command}: {e.name} is not installed: pip install -e '.[instructor]'", file=sys.stderr)
+        return 2
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             return run(course)
         if args.command in ("train", "translate"):
             return _train(course, args)
+        if args.command in ("term", "gradebook", "regrade-diff", "similarity"):
+            return _ops(course, args)
     except config.ConfigError as e:
         print(f"course: course.yaml: {e}", file=sys.stderr)
         return 2
@@ -178,8 +263,12 @@ def release_warning(course: config.Course, m: config.Milestone) -> str:
     if not deps:
         return ""
     files = ", ".join(f"{f} ({d.id})" for d in deps for f in d.files)
+    ends = [(d.id, course.late_window_end(d)) for d in deps]
+    when = "; ".join(f"{mid}'s last late submission: {end.isoformat(timespec='minutes')}" for mid, end in ends if end)
+    sched = f" course.yaml releases {m.id} on {m.release.isoformat(timespec='minutes')}." if m.release else ""
     return (f"NOTE: assignments/{m.folder}/ contains the working reference solution of {files}, so the "
-            f"folder runs on its own. Hand it out only after the deadline of {', '.join(d.id for d in deps)}.")
+            f"folder runs on its own. Hand it out only after the deadline of {', '.join(d.id for d in deps)}"
+            + (f" ({when})." if when else ".") + sched)
 
 
 def _grade(course: config.Course, args) -> int:

@@ -5,9 +5,11 @@ forbidden APIs, time limits) comes from here. A bad file fails loudly, naming th
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
@@ -50,6 +52,8 @@ class Milestone:
     about: dict[str, str] = field(default_factory=dict)   # group name -> what it checks, for students
     rules: tuple[str, ...] = ()             # the rules that cost points, in students' words
     provided: tuple[str, ...] = ()          # course files students receive as they are (e.g. data.py)
+    release: dt.datetime | None = None      # when students get the folder (aware, course timezone)
+    due: dt.datetime | None = None          # deadline; later submissions follow the course's late policy
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -65,12 +69,57 @@ class Milestone:
 
 
 @dataclass(frozen=True)
+class LatePolicy:
+    """course.yaml `term.late`: after `due` + `grace_minutes`, each started day late costs
+    `percent_per_day` % of the score, at most `cap_percent` %; later than `last_day` days the
+    submission gets no points (and is still graded, for the student's feedback)."""
+    grace_minutes: int = 0
+    percent_per_day: float = 0.0
+    cap_percent: float = 100.0
+    last_day: int | None = None
+
+    def days_late(self, submitted: dt.datetime, due: dt.datetime) -> int:
+        """Started days past the deadline, 0 within the grace period."""
+        over = submitted - due
+        if over <= dt.timedelta(minutes=self.grace_minutes):
+            return 0
+        return -(-over // dt.timedelta(days=1))      # ceiling: 1 minute late is 1 day late
+
+    def percent(self, days: int) -> float:
+        """Share of the points taken for `days` started days late."""
+        if days <= 0:
+            return 0.0
+        if self.last_day is not None and days > self.last_day:
+            return 100.0
+        return min(self.cap_percent, days * self.percent_per_day)
+
+    def describe(self) -> str:
+        last = (f"; more than {self.last_day} day(s) late: no points" if self.last_day is not None else "")
+        return (f"{self.grace_minutes} min grace, then {self.percent_per_day:g}% of the score per started day "
+                f"late, at most {self.cap_percent:g}%{last}")
+
+
+@dataclass(frozen=True)
 class Course:
     title: str
     seed: int
     startup_timeout: float
     milestones: tuple[Milestone, ...]
     root: Path
+    timezone: str = "UTC"                   # `term.timezone`: how dates without an offset are read
+    late: LatePolicy = field(default_factory=LatePolicy)
+
+    @property
+    def tz(self) -> dt.tzinfo:
+        return ZoneInfo(self.timezone)
+
+    def late_window_end(self, m: Milestone) -> dt.datetime | None:
+        """The last moment a submission of m can still earn points (None: no due date)."""
+        if m.due is None:
+            return None
+        if self.late.last_day is not None:
+            return m.due + dt.timedelta(days=self.late.last_day, minutes=self.late.grace_minutes)
+        return m.due + dt.timedelta(minutes=self.late.grace_minutes)
 
     def milestone(self, mid: str) -> Milestone:
         for m in self.milestones:
@@ -136,7 +185,7 @@ def _checks(raw, where: str) -> tuple[dict[str, int], dict[str, str]]:
     return points, about
 
 
-def _milestone(raw, index: int, earlier: list[str], rules: dict[str, str]) -> Milestone:
+def _milestone(raw, index: int, earlier: list[str], rules: dict[str, str], tz: dt.tzinfo = dt.timezone.utc) -> Milestone:
     where = f"milestones[{index}]"
     mid = _get(raw, "id", str, where)
     where = f"milestones[{index}] ({mid})"
@@ -169,8 +218,56 @@ def _milestone(raw, index: int, earlier: list[str], rules: dict[str, str]) -> Mi
     unknown = [r for r in rule_ids if r not in rules]
     if unknown:
         raise ConfigError(f"{where}.rules: {unknown} are not rules of course.yaml (known: {sorted(rules)})")
+    release = _date(raw.get("release"), f"{where}.release", tz)
+    due = _date(raw.get("due"), f"{where}.due", tz)
+    if release and due and due <= release:
+        raise ConfigError(f"{where}.due: {due.isoformat()} is not after the release {release.isoformat()}")
     return Milestone(mid, folder, str(title), files, deps, probe, total, forbidden, checks, written, about,
-                     tuple(rules[r] for r in rule_ids), provided)
+                     tuple(rules[r] for r in rule_ids), provided, release, due)
+
+
+def _date(value, where: str, tz: dt.tzinfo) -> dt.datetime | None:
+    """A date (`2026-10-05`: the end of that day) or a date and time; without an offset, in `tz`."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        d = value
+    elif isinstance(value, dt.date):
+        d = dt.datetime.combine(value, dt.time(23, 59))
+    elif isinstance(value, str):
+        try:
+            d = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ConfigError(f"{where}: expected a date like 2026-10-05 or 2026-10-05T23:59, got {value!r}") from None
+    else:
+        raise ConfigError(f"{where}: expected a date like 2026-10-05 or 2026-10-05T23:59, got {value!r}")
+    return d.replace(tzinfo=tz) if d.tzinfo is None else d
+
+
+def _term(raw, where: str = "term") -> tuple[str, LatePolicy]:
+    if raw is None:
+        return "UTC", LatePolicy()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping with timezone and late")
+    tzname = str(raw.get("timezone", "UTC"))
+    try:
+        ZoneInfo(tzname)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{where}.timezone: unknown time zone {tzname!r} (e.g. UTC, Europe/Berlin)") from None
+    late = raw.get("late") or {}
+    if not isinstance(late, dict):
+        raise ConfigError(f"{where}.late: expected {{grace_minutes, percent_per_day, cap_percent, last_day}}")
+    unknown = set(late) - {"grace_minutes", "percent_per_day", "cap_percent", "last_day"}
+    if unknown:
+        raise ConfigError(f"{where}.late: unknown key(s) {sorted(unknown)}")
+    grace = int(_get(late, "grace_minutes", int, f"{where}.late")) if "grace_minutes" in late else 0
+    per_day = _get(late, "percent_per_day", float, f"{where}.late") if "percent_per_day" in late else 0.0
+    cap = _get(late, "cap_percent", float, f"{where}.late") if "cap_percent" in late else 100.0
+    last = _get(late, "last_day", int, f"{where}.late") if late.get("last_day") is not None else None
+    if grace < 0 or not 0 <= per_day <= 100 or not 0 <= cap <= 100 or (last is not None and last < 0):
+        raise ConfigError(f"{where}.late: expected grace_minutes >= 0, 0 <= percent_per_day <= 100, "
+                          f"0 <= cap_percent <= 100, last_day >= 0; got {late!r}")
+    return tzname, LatePolicy(grace, per_day, cap, last)
 
 
 def _written(items, where: str, checks: dict) -> tuple[Written, ...]:
@@ -212,12 +309,30 @@ def load(path: Path | str = COURSE_FILE) -> Course:
     if not isinstance(rules_raw, dict):
         raise ConfigError("course.rules: expected a mapping of rule id to text")
     rules = {str(k): " ".join(str(v).split()) for k, v in rules_raw.items()}
+    tzname, late = _term(raw.get("term"))
     milestones: list[Milestone] = []
     for i, item in enumerate(items):
-        m = _milestone(item, i, [x.id for x in milestones], rules)
+        m = _milestone(item, i, [x.id for x in milestones], rules, ZoneInfo(tzname))
         if any(x.id == m.id or x.folder == m.folder for x in milestones):
             raise ConfigError(f"milestones[{i}]: duplicate id or folder ({m.id}, {m.folder})")
         milestones.append(m)
     if not milestones:
         raise ConfigError("course.milestones: expected at least one milestone")
-    return Course(title, seed, startup, tuple(milestones), path.resolve().parent)
+    course = Course(title, seed, startup, tuple(milestones), path.resolve().parent, tzname, late)
+    _check_release_order(course)
+    return course
+
+
+def _check_release_order(course: Course) -> None:
+    """A milestone's folder holds the reference of every milestone it builds on: it may be released
+    only once no submission of those can still earn points (their due date plus the late window)."""
+    for m in course.milestones:
+        if m.release is None:
+            continue
+        for d in course.dependencies(m):
+            end = course.late_window_end(d)
+            if end is not None and m.release < end:
+                raise ConfigError(
+                    f"{m.id}.release: {m.release.isoformat()} is before {d.id}'s last late submission "
+                    f"({end.isoformat()}), but assignments/{m.folder}/ holds {d.id}'s reference solution: "
+                    f"release {m.id} after that, or shorten the late policy's last_day")

@@ -189,7 +189,8 @@ def score_rows(gradebook, course: config.Course, m: config.Milestone) -> tuple[l
     """One row per student of the gradebook: a column per graded cell (check group, written question)."""
     from nbgrader.api import MissingEntry
     cells = list(m.checks) + [w.id for w in m.written]
-    header = ["student_id", *cells, "autograded", "written", "total", "max_score", "status"]
+    header = ["student_id", *cells, "autograded", "written", "total", "max_score", "status",
+              "submitted_at", "days_late", "late_percent", "late_penalty", "final_total"]   # course.yaml term.late
     nb_name = notebook.notebook_name(m)[: -len(".ipynb")]
     rows = []
     for student in sorted(gradebook.students, key=lambda s: s.id):
@@ -198,7 +199,8 @@ def score_rows(gradebook, course: config.Course, m: config.Milestone) -> tuple[l
             sub = gradebook.find_submission_notebook(nb_name, m.folder, student.id)
         except MissingEntry:
             rows.append({**row, **{k: 0 for k in cells}, "autograded": 0, "written": 0, "total": 0,
-                         "status": "no submission"})
+                         "status": "no submission", "submitted_at": "", "days_late": 0, "late_percent": 0,
+                         "late_penalty": 0, "final_total": 0})
             continue
         grades = {g.name: g for g in sub.grades}
         status = []
@@ -210,12 +212,34 @@ def score_rows(gradebook, course: config.Course, m: config.Milestone) -> tuple[l
         manual = [k for k in cells if k in grades and grades[k].needs_manual_grade]
         if manual:
             status.append("needs manual grading: " + ", ".join(manual))
+        blank = [w.id for w in m.written if w.id in grades and not grades[w.id].needs_manual_grade
+                 and grades[w.id].manual_score is None and not grades[w.id].auto_score]
+        if blank:                       # nbgrader scores an untouched answer cell 0 without asking anyone
+            status.append("written answer left blank (scored 0): " + ", ".join(blank))
         row["autograded"] = _num(sum(row[k] for k in m.checks))
         row["written"] = _num(sum(row[w.id] for w in m.written))
         row["total"] = _num(row["autograded"] + row["written"])
         row["status"] = "; ".join(status) or "ok"
+        row.update(_late_columns(gradebook, course, m, student.id, row["total"]))
         rows.append(row)
     return header, rows
+
+
+def _late_columns(gradebook, course: config.Course, m: config.Milestone, student_id: str, total) -> dict:
+    """course.yaml's late policy applied to nbgrader's submission time (collect's timestamp, UTC)."""
+    import datetime as dt
+    try:
+        stamp = gradebook.find_submission(m.folder, student_id).timestamp
+    except Exception:
+        stamp = None
+    if stamp is None or m.due is None:
+        return {"submitted_at": "", "days_late": 0, "late_percent": 0, "late_penalty": 0, "final_total": total}
+    when = (stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)).astimezone(course.tz)
+    days = course.late.days_late(when, m.due)
+    pct = course.late.percent(days)
+    penalty = round(float(total) * pct / 100, 2)
+    return {"submitted_at": when.isoformat(timespec="seconds"), "days_late": days, "late_percent": pct,
+            "late_penalty": _num(penalty), "final_total": _num(float(total) - penalty)}
 
 
 def _num(x):

@@ -22,8 +22,12 @@ def add_parsers(sub) -> None:
                         "bwrap: fail if bubblewrap cannot run")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--force", action="store_true",
-                   help="write into --out even if it holds an earlier run (its grades, feedback and results "
-                        "are replaced)")
+                   help="write into --out even if it holds an earlier run (which moves to DIR/previous/: "
+                        "compare with `course regrade-diff DIR/previous DIR`)")
+    c.add_argument("--times", metavar="CSV",
+                   help="submission times from an LMS export (a student column and a time column such as "
+                        "submitted_at or Moodle's 'Last modified (submission)'); default: nbgrader's "
+                        "timestamp.txt, zip entry times, or file times")
     b = sub.add_parser("gradescope-bundle", help="build Gradescope's autograder zip for a milestone",
                        description="Write a zip with setup.sh, run_autograder and the grader, for a Gradescope "
                                    "programming assignment.")
@@ -49,15 +53,22 @@ def run(course: config.Course, args) -> int:
         print(f"Wrote {out}: commit it to the template repository of the assignment.")
         return 0
     from autograder.integrations.batch.run import grade_class
+    from autograder.integrations.late import read_times
     try:
+        times = read_times(args.times, course.tz) if args.times else None
         run_ = grade_class(Path(args.submissions), m.id, Path(args.out), jobs=args.jobs, seed=args.seed,
-                           sandbox=args.sandbox, course=course, progress=not args.quiet, force=args.force)
-    except FileExistsError as e:
+                           sandbox=args.sandbox, course=course, progress=not args.quiet, force=args.force,
+                           times=times)
+    except (FileExistsError, ValueError) as e:
         print(f"course grade-class: {e}", file=sys.stderr)
         return 2
     print((Path(args.out) / "summary.md").read_text(encoding="utf-8"))
     print(f"Wrote {args.out}/grades.csv, feedback/, results/ and summary.md for {len(run_.rows)} students "
           f"in {run_.wall:.1f} s ({run_.per_submission:.2f} s per submission, {run_.jobs} worker(s)).")
+    if run_.previous is not None:
+        from autograder.integrations.regrade import diff, diff_text
+        changes = diff(run_.previous, Path(args.out))
+        print(f"The earlier run is kept in {run_.previous}: {diff_text(changes, brief=True)}")
     if run_.sandbox.mode != "bwrap":
         print(f"WARNING: {run_.sandbox.note}", file=sys.stderr)
     return 0

@@ -44,6 +44,7 @@ class Found:
     path: Path | None = None     # folder holding the milestone files (None: nothing gradable)
     problem: str = ""            # why nothing could be graded, for the student and instructor
     status: str = ""             # "" (gradable), "missing" or "refused"
+    entry: Path | None = None    # the student's folder or zip as submitted (for its submission time)
 
 
 def _slug(name: str) -> str:
@@ -262,7 +263,7 @@ def collect(submissions: Path, m: Milestone, staging: Path) -> list[Found]:
     taken: set[str] = set()
     found = []
     for student, entry in _entries(root):
-        one = Found(student, unique_key(student, taken))
+        one = Found(student, unique_key(student, taken), entry=entry)
         try:
             if entry.is_symlink():
                 raise SubmissionError(f"{entry.name} is a symbolic link: submit the folder or zip itself")

@@ -1,9 +1,12 @@
 """Grade a whole class: sandboxed fork-server slots in parallel, then the gradebook and exports.
 
     course grade-class SUBMISSIONS --milestone m1 --out DIR [--jobs N] [--seed S] [--sandbox auto] [--force]
+                       [--times LMS.csv]
 
-Writes into DIR (refused when DIR already holds files, unless --force):
-    grades.csv                        one row per student: name, key, score, one column per check, status
+Writes into DIR (refused when DIR already holds files; with --force the earlier run is kept in
+DIR/previous/ for `course regrade-diff DIR/previous DIR`, never silently overwritten):
+    grades.csv                        one row per student: name, key, score, one column per check, status,
+                                      integrity, submission time, days late, late penalty, final score, flags
     feedback/<key>.txt                the feedback report the student reads
     results/<key>/results.json        Gradescope's format, per student
     summary.md, summary.json          score distribution and the checks the class fails most
@@ -15,6 +18,7 @@ from __future__ import annotations
 import csv
 import os
 import queue
+import shutil
 import statistics
 import threading
 import time
@@ -29,6 +33,8 @@ from autograder.grading.report import clean, feedback, gradescope, write_json, w
 from autograder.grading.submission import SubmissionError
 from autograder.integrations.batch.collect import Found, collect
 from autograder.integrations.batch.progress import Progress
+from autograder.integrations import flags as flagging
+from autograder.integrations.late import Late, assess
 from autograder.sandbox import Limits, Sandbox, Slot, make_root, remove_root
 
 
@@ -44,6 +50,10 @@ class ClassRun:
     status: dict[str, str] = field(default_factory=dict)        # graded, internal_error, missing, refused
     wall: float = 0.0
     out: Path | None = None
+    late: dict[str, Late] = field(default_factory=dict)           # by key: submission time and penalty
+    not_attempted: set[str] = field(default_factory=set)          # keys whose files are the released stub
+    late_policy: str = ""                                         # what was applied, in words
+    previous: Path | None = None                                  # where --force kept the earlier run
 
     @property
     def per_submission(self) -> float:
@@ -76,6 +86,24 @@ def _refuse_earlier_run(out: Path, force: bool) -> None:
                               f"run's grades there, or choose another --out")
 
 
+def _keep_earlier_run(out: Path) -> Path | None:
+    """With --force, the earlier run's grades, summary, feedback and results move to out/previous/
+    (replacing an older one there), so a regrade can be compared with `course regrade-diff`."""
+    if not (out / "grades.csv").is_file():
+        return None
+    prev = out / "previous"
+    if prev.is_symlink() or prev.is_file():
+        prev.unlink()
+    elif prev.is_dir():
+        shutil.rmtree(prev)
+    prev.mkdir()
+    for name in ("grades.csv", "summary.md", "summary.json", "feedback", "results"):
+        src = out / name
+        if src.exists() and not src.is_symlink():
+            src.rename(prev / name)
+    return prev
+
+
 def _remove_earlier_outputs(out: Path) -> None:
     """What an earlier run wrote in `out` (and only that): no stale feedback of a student who is
     no longer in the class stays beside the new grades."""
@@ -91,7 +119,10 @@ def _remove_earlier_outputs(out: Path) -> None:
 
 def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, jobs: int | None = None,
                 seed: int | None = None, sandbox: str = "auto", course: config.Course | None = None,
-                limits: Limits | None = None, progress: bool = True, stream=None, force: bool = False) -> ClassRun:
+                limits: Limits | None = None, progress: bool = True, stream=None, force: bool = False,
+                times: dict | None = None) -> ClassRun:
+    """`times`: {student: aware datetime} from an LMS export (late.read_times); otherwise each
+    submission's time comes from nbgrader's timestamp.txt, zip entry times or file times."""
     course = course or config.load()
     m = course.milestone(milestone)
     seed = course.seed if seed is None else seed
@@ -105,6 +136,8 @@ def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, job
         found = collect(Path(submissions), m, root / "staging")
         if not found:
             raise FileNotFoundError(f"{submissions}: no student folders or zip files found")
+        late = {f.key: assess(f, m, course, times) for f in found}
+        blank = {f.key for f in found if flagging.not_attempted(f.path, m, course)}
         jobs = min(jobs, len(found))
         bar = Progress(len(found), f"{m.id}", stream) if progress else None
         todo: queue.Queue = queue.Queue()
@@ -152,7 +185,12 @@ def grade_class(submissions: Path | str, milestone: str, out: Path | str, *, job
     order = sorted(found, key=lambda f: (f.student, f.key))
     run = ClassRun(m.id, seed, box, jobs, students={f.key: f for f in order},
                    results={f.key: results[f.key][0] for f in order},
-                   status={f.key: results[f.key][1] for f in order}, wall=time.monotonic() - start)
+                   status={f.key: results[f.key][1] for f in order}, wall=time.monotonic() - start,
+                   late=late, not_attempted=blank,
+                   late_policy=(f"due {m.due.isoformat(timespec='minutes')}; {course.late.describe()}"
+                                if m.due else "no due date in course.yaml: no late policy"))
+    if force:
+        run.previous = _keep_earlier_run(out)
     write_outputs(run, m, out)
     return run
 
@@ -170,15 +208,34 @@ def write_outputs(run: ClassRun, m: config.Milestone, out: Path) -> None:
         row = {"student": clean(run.students[key].student, one_line=True), "key": key,
                "score": r.score, "max_score": r.max_score}
         row.update({n: by_name[n].score if n in by_name else 0 for n in names})
+        late = run.late.get(key) or Late(None, "unknown", None)
+        flags = flagging.flag_list(status=run.status[key], not_attempted=key in run.not_attempted,
+                                   late_days=late.days, late_percent=late.percent, integrity=r.integrity)
         row.update(seed=r.seed, sandbox=run.sandbox.mode, status=run.status[key], integrity=r.integrity,
-                   seconds=round(r.elapsed, 2))
+                   seconds=round(r.elapsed, 2),
+                   submitted_at=late.submitted.isoformat(timespec="seconds") if late.submitted else "",
+                   time_source=late.source, days_late=late.days, late_percent=late.percent,
+                   late_penalty=late.penalty(r.score), final_score=round(r.score - late.penalty(r.score), 2),
+                   flags="; ".join(flags))
         run.rows.append(row)
-        write_text(out / "feedback" / f"{key}.txt", feedback(r) + "\n")
+        extra = [late.describe(r.score)] if late.due else []
+        if key in run.not_attempted:
+            extra.append("Not attempted: your file is the stub you received, unchanged.")
+        if late.days:
+            extra.append(f"Score after the late penalty: {row['final_score']:g} / {r.max_score}.")
+        write_text(out / "feedback" / f"{key}.txt", feedback(r) + "\n" + "".join(f"\n{e}" for e in extra)
+                   + ("\n" if extra else ""))
         (out / "results" / key).mkdir(exist_ok=True)
-        write_json(out / "results" / key / "results.json", gradescope(r))
+        gs = gradescope(r)
+        gs["output"] += "".join(f" {e}" for e in extra)
+        gs["extra_data"].update(flags=flags, late={"submitted_at": row["submitted_at"], "source": late.source,
+                                                   "days": late.days, "percent": late.percent,
+                                                   "penalty": row["late_penalty"], "final_score": row["final_score"]})
+        write_json(out / "results" / key / "results.json", gs)
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=["student", "key", "score", "max_score", *names, "seed", "sandbox",
-                                          "status", "integrity", "seconds"])
+                                          "status", "integrity", "seconds", "submitted_at", "time_source",
+                                          "days_late", "late_percent", "late_penalty", "final_score", "flags"])
         w.writeheader()
         w.writerows(run.rows)
     summary = summarize(run, m)
@@ -191,7 +248,8 @@ def summarize(run: ClassRun, m: config.Milestone) -> dict:
     ran = [k for k, status in run.status.items() if status in ("graded", "internal_error")]
     fails = Counter()
     examples: dict[str, str] = {}
-    for r in (run.results[k] for k in ran):      # "Not run" is not a failed check: the class's mistakes only
+    # "Not run" is not a failed check, nor is a stub handed back: the class's mistakes only
+    for r in (run.results[k] for k in ran if k not in run.not_attempted):
         for c in r.checks:
             if not c.passed:
                 fails[c.name] += 1
@@ -209,7 +267,8 @@ def summarize(run: ClassRun, m: config.Milestone) -> dict:
         "median": statistics.median(scores) if scores else 0,
         "full_marks": sum(1 for s in scores if s == top), "zero": sum(1 for s in scores if s == 0),
         "distribution": {f"{lo}-{lo + 10 if lo < 90 else 100}%": buckets.get(lo, 0) for lo in range(0, 100, 10)},
-        "most_failed": [{"check": name, "failed": n, "share": round(n / len(ran), 3), "example": examples[name]}
+        "most_failed": [{"check": name, "failed": n, "share": round(n / max(1, len(set(ran) - run.not_attempted)), 3),
+                         "example": examples[name]}
                         for name, n in fails.most_common()],
         "not_graded": [{"student": clean(run.students[k].student, one_line=True), "key": k, "status": status,
                         "reason": run.results[k].checks[0].message if run.results[k].checks else ""}
@@ -218,6 +277,13 @@ def summarize(run: ClassRun, m: config.Milestone) -> dict:
         "integrity": [{"student": clean(run.students[k].student, one_line=True), "key": k, "flag": r.integrity,
                        "evidence": [clean(e, one_line=True) for e in (r.tamper or r.unobserved)[:5]]}
                       for k, r in run.results.items() if r.integrity],
+        "late_policy": run.late_policy,
+        "late": [{"student": row["student"], "key": row["key"], "submitted_at": row["submitted_at"],
+                  "days": row["days_late"], "percent": row["late_percent"], "penalty": row["late_penalty"]}
+                 for row in run.rows if row["days_late"]],
+        "not_attempted": [{"student": row["student"], "key": row["key"]} for row in run.rows
+                          if row["key"] in run.not_attempted],
+        "mean_final": round(statistics.mean(row["final_score"] for row in run.rows), 2) if run.rows else 0,
     }
 
 
@@ -234,8 +300,15 @@ def summary_text(s: dict) -> str:
     if not s["most_failed"]:
         lines.append("Nobody failed a check.")
     for f in s["most_failed"]:
-        lines.append(f"- {f['check']}: {f['failed']} student(s) ({f['share']:.0%} of those graded). "
+        lines.append(f"- {f['check']}: {f['failed']} student(s) ({f['share']:.0%} of those graded who attempted it). "
                      f"e.g. \"{f['example']}\"")
+    lines += ["", f"## Late policy applied: {s['late_policy']}",
+              f"Late: {len(s['late'])} student(s); mean after penalties {s['mean_final']} / {s['max_score']}."]
+    lines += [f"- {x['student']}: submitted {x['submitted_at']}, {x['days']} day(s) late, -{x['percent']:g}% "
+              f"({x['penalty']:g} point(s))" for x in s["late"]]
+    if s["not_attempted"]:
+        lines += ["", f"## Not attempted (the released stub, unchanged): {len(s['not_attempted'])} student(s)",
+                  ", ".join(x["student"] for x in s["not_attempted"])]
     if s["not_graded"]:
         lines += ["", f"## Not graded: {len(s['not_graded'])} student(s) (score 0; their feedback says why)"]
         lines += [f"- {n['student']} ({n['status']}): {n['reason'].removeprefix('Not run: ')}" for n in s["not_graded"]]
