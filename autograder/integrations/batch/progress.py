@@ -1,34 +1,34 @@
-"""A progress bar on stderr: counts, elapsed time, time left. Plain lines when stderr is not a TTY."""
+"""The batch grader's progress bar (tqdm, on stderr), with how many students got full marks and zero so far.
+When stderr is not a terminal the same line is written once per tenth of the class, so logs stay short."""
 from __future__ import annotations
 
 import sys
 import threading
 import time
 
+from tqdm import tqdm
 
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}:{seconds % 60:02d}" if seconds < 3600 else f"{seconds // 3600}h{seconds // 60 % 60:02d}"
+FORMAT = "{desc} [{bar:30}] {n_fmt}/{total_fmt}{postfix}  elapsed {elapsed}  left ~{remaining}"
 
 
 class Progress:
-    def __init__(self, total: int, label: str = "grading", stream=None, width: int = 30):
-        self.total, self.label, self.width = total, label, width
+    def __init__(self, total: int, label: str = "grading", stream=None):
         self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.done = self.full = self.zero = 0
+        self.total, self.label = total, label
+        self.full = self.zero = self.done = 0
         self.start = time.monotonic()
         self._lock = threading.Lock()
-        self._last_step = -1
+        self._last_tenth = -1
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.bar = tqdm(total=total, desc=label, file=self.stream, unit="student", bar_format=FORMAT,
+                        ascii=".#", dynamic_ncols=True) if tty else None
+
+    def _counts(self) -> str:
+        return f"full marks {self.full}, zero {self.zero}"
 
     def line(self) -> str:
-        elapsed = time.monotonic() - self.start
-        left = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
-        filled = int(self.width * self.done / self.total) if self.total else self.width
-        bar = "#" * filled + "." * (self.width - filled)
-        left_s = _clock(left) if self.done else "?"
-        return (f"{self.label} [{bar}] {self.done}/{self.total}  full marks {self.full}, zero {self.zero}  "
-                f"elapsed {_clock(elapsed)}  left ~{left_s}")
+        return tqdm.format_meter(self.done, self.total, time.monotonic() - self.start, prefix=self.label,
+                                 bar_format=FORMAT, postfix=self._counts(), ascii=".#")
 
     def update(self, score: int | None = None, max_score: int | None = None):
         with self._lock:
@@ -37,13 +37,14 @@ class Progress:
                 self.full += 1
             if not score:
                 self.zero += 1
-            if self.tty:
-                self.stream.write("\r" + self.line())
+            if self.bar is not None:
+                self.bar.set_postfix_str(self._counts(), refresh=False)
+                self.bar.update(1)
                 if self.done == self.total:
-                    self.stream.write("\n")
-            else:   # a line per 10% (and the last), so logs stay short
-                step = self.done * 10 // max(self.total, 1)
-                if step != self._last_step or self.done == self.total:
-                    self._last_step = step
-                    self.stream.write(self.line() + "\n")
-            self.stream.flush()
+                    self.bar.close()
+                return
+            tenth = self.done * 10 // max(self.total, 1)
+            if tenth != self._last_tenth or self.done == self.total:
+                self._last_tenth = tenth
+                self.stream.write(self.line() + "\n")
+                self.stream.flush()
