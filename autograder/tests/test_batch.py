@@ -23,12 +23,14 @@ from autograder.integrations.batch.progress import Progress
 from autograder.integrations.batch.run import grade_class
 from autograder.sandbox.bwrap import works as bwrap_works
 from autograder.sandbox.slot import _wipe
+from derived import subject_text
 
 COURSE = config.load()
 M1 = COURSE.milestone("m1")
 REF = COURSE.root / "solutions" / "m1_attention" / "attention.py"
 STUB = COURSE.root / "assignments" / "m1_attention" / "attention.py"
-MUTANT = COURSE.root / "autograder" / "tests" / "mutants" / "m1" / "no_sqrt_scale.py"
+# A mutant is written as the reference plus what differs (derived.py): its whole text is what is graded.
+MUTANT = subject_text(COURSE.root / "autograder" / "tests" / "mutants" / "m1" / "no_sqrt_scale.py", COURSE, "m1")
 
 
 @pytest.fixture
@@ -89,9 +91,9 @@ def test_wipe_refuses_paths_outside_a_batch_folder(tmp):
 
 def test_small_class_end_to_end_and_regrade_reproduces_scores(tmp):
     subs = tmp / "subs"
-    for name, src in (("ref", REF), ("stub", STUB), ("mutant", MUTANT)):
+    for name, text in (("ref", REF.read_text()), ("stub", STUB.read_text()), ("mutant", MUTANT)):
         (subs / name).mkdir(parents=True)
-        shutil.copy(src, subs / name / "attention.py")
+        (subs / name / "attention.py").write_text(text)
     err = io.StringIO()
     first = grade_class(subs, "m1", tmp / "out1", jobs=2, course=COURSE, stream=err)
     assert "3/3" in err.getvalue() and "left" in err.getvalue()
@@ -137,7 +139,7 @@ def test_gradescope_bundle_runs_against_a_simulated_autograder_tree(tmp):
         shutil.move(root / "source" / f, root / f)
         os.chmod(root / f, 0o755)
     (root / "submission" / "nested").mkdir(parents=True)
-    shutil.copy(MUTANT, root / "submission" / "nested" / "attention.py")
+    (root / "submission" / "nested" / "attention.py").write_text(MUTANT)
     env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable)
     r = subprocess.run([str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=300,
                        cwd=str(tmp))

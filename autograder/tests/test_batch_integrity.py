@@ -39,12 +39,13 @@ from autograder.grading import report
 from autograder.grading.checks import CheckResult
 from autograder.grading.grade import Result
 from autograder.grading.submission import GradedFile, SubmissionError, prepared, reference_files
+from derived import subject_text
 
 COURSE = config.load()
 M1 = COURSE.milestone("m1")
 REF = COURSE.root / "solutions" / "m1_attention" / "attention.py"
 STUB = COURSE.root / "assignments" / "m1_attention" / "attention.py"
-MUTANT = COURSE.root / "autograder" / "tests" / "mutants" / "m1" / "no_sqrt_scale.py"
+MUTANT = subject_text(COURSE.root / "autograder" / "tests" / "mutants" / "m1" / "no_sqrt_scale.py", COURSE, "m1")
 
 # Text that broke the writers: a lone surrogate, NUL, a terminal escape, a right-to-left override,
 # a line separator (str.splitlines splits there), a carriage return.
@@ -156,7 +157,7 @@ def graded_class(request):
     put("bob", notebook(REF.read_text()), "attention.ipynb")        # bob and bob_ used to share a key
     put("bob_", notebook(STUB.read_text()), "attention.ipynb")
     put("Zoë Ångström/m1_attention", REF.read_text())
-    put("李雷", MUTANT.read_text())
+    put("李雷", MUTANT)
     put("nasty", HOSTILE_TEXT)
     (subs / "linked").mkdir()
     os.symlink(REF, subs / "linked" / "attention.py")                # 20/20 if a link is followed

@@ -16,7 +16,7 @@ import pytest
 from autograder import cli
 from autograder.grading import report
 from autograder.grading.grade import grade
-from conftest import COURSE, grade_text
+from conftest import COURSE
 
 REFERENCE = (COURSE.root / "solutions" / "m1_attention" / "attention.py").read_text()
 FAST = dataclasses.replace(COURSE, milestones=tuple(
@@ -27,7 +27,7 @@ def by_name(result):
     return {c.name: c for c in result.checks}
 
 
-def test_hang_in_one_function_fails_only_its_checks():
+def test_hang_in_one_function_fails_only_its_checks(grade_text):
     text = REFERENCE.replace("def padding_mask(tokens, pad_id):", "def padding_mask(tokens, pad_id):\n    while True:\n        pass\n", 1)
     r = grade_text("m1", text, course=FAST, name="hang")
     checks = by_name(r)
@@ -36,14 +36,14 @@ def test_hang_in_one_function_fails_only_its_checks():
     assert all(c.passed for n, c in checks.items() if n != "mask_helpers"), report.feedback(r)
 
 
-def test_exit_at_import_is_reported():
+def test_exit_at_import_is_reported(grade_text):
     r = grade_text("m1", "import os\nos._exit(3)\n" + REFERENCE, name="exit")
     assert r.score == 0
     for c in r.checks:
         assert "importing your file" in c.message and "exited with status 3" in c.message, c.message
 
 
-def test_sys_exit_in_function_is_reported():
+def test_sys_exit_in_function_is_reported(grade_text):
     text = REFERENCE.replace('    x_max = x.amax(dim=dim, keepdim=True)', '    raise SystemExit(1)', 1)
     r = grade_text("m1", text, name="sysexit")
     assert by_name(r)["softmax"].score == 0
@@ -51,7 +51,7 @@ def test_sys_exit_in_function_is_reported():
     assert by_name(r)["mask_helpers"].passed
 
 
-def test_syntax_error_is_explained():
+def test_syntax_error_is_explained(grade_text):
     r = grade_text("m1", REFERENCE.replace("def causal_mask(size, device=None):", "def causal_mask(size, device=None)", 1),
                    name="syntax")
     assert r.score == 0
@@ -59,7 +59,7 @@ def test_syntax_error_is_explained():
     assert "could not be imported" in message and "SyntaxError" in message
 
 
-def test_exception_shows_only_student_frames():
+def test_exception_shows_only_student_frames(grade_text):
     text = REFERENCE.replace("    x_max = x.amax(dim=dim, keepdim=True)", "    x_max = helper(x)", 1)
     text += "\n\ndef helper(x):\n    return x.amax(dim=7)\n"
     message = by_name(grade_text("m1", text, name="exc"))["softmax"].message
@@ -68,26 +68,26 @@ def test_exception_shows_only_student_frames():
     assert "<string>" not in message and "op_call" not in message
 
 
-def test_missing_function_is_named():
+def test_missing_function_is_named(grade_text):
     text = REFERENCE.replace("def causal_mask(", "def causal_mask_(", 1)
     message = by_name(grade_text("m1", text, name="missing"))["mask_helpers"].message
     assert "has no function causal_mask" in message
 
 
-def test_printing_does_not_break_grading():
+def test_printing_does_not_break_grading(grade_text):
     text = REFERENCE.replace('    x_max = x.amax(dim=dim, keepdim=True)',
                              '    print("debug " * 2000)\n    x_max = x.amax(dim=dim, keepdim=True)', 1)
     r = grade_text("m1", text, name="print")
     assert r.score == r.max_score
 
 
-def test_wrong_return_value_is_described():
+def test_wrong_return_value_is_described(grade_text):
     text = REFERENCE.replace("    return output, weights\n", "    return output\n", 1)
     message = by_name(grade_text("m1", text, name="single"))["shapes"].message
     assert "should return a pair (output, weights)" in message
 
 
-def test_total_time_limit_stops_grading():
+def test_total_time_limit_stops_grading(grade_text):
     slow = dataclasses.replace(COURSE, milestones=tuple(
         dataclasses.replace(m, probe_timeout=2.0, total_timeout=3.0) for m in COURSE.milestones))
     text = REFERENCE.replace("def softmax(x, dim=-1):", "def softmax(x, dim=-1):\n    import time\n    time.sleep(5)\n", 1)
@@ -96,7 +96,7 @@ def test_total_time_limit_stops_grading():
     assert r.score < r.max_score
 
 
-def test_same_seed_same_result_and_seed_is_recorded():
+def test_same_seed_same_result_and_seed_is_recorded(grade_text):
     text = REFERENCE.replace("/ math.sqrt(d_k)", "/ d_k", 1)
     a, b = (grade_text("m1", text, seed=7, name="det") for _ in range(2))
     assert a.seed == b.seed == 7

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import COURSE, graded, subjects
+from conftest import COURSE, subjects
 from derived import base_of, base_text, chunks, code
 
 # Every milestone whose hidden checks exist (course.yaml lists them; engine/checks_<id>.py holds them).
@@ -223,17 +223,34 @@ def by_kind(milestone, kind):
     return {n: p for n, p in subjects(milestone).items() if n.startswith(kind + "/")}
 
 
-@pytest.mark.parametrize("milestone", MILESTONES)
-def test_reference_gets_full_marks(milestone):
-    r = graded(milestone)["reference"]
+def case(*values, grades):
+    """A parametrize case that reads the results of the subjects `grades` ([(milestone, name)])."""
+    return pytest.param(*values, marks=pytest.mark.grades(*grades))
+
+
+def _per_milestone(name):
+    return [case(m, grades=[(m, name)]) for m in MILESTONES]
+
+
+def _samples_cases():
+    return [case(m, grades=[(m, n) for n in by_kind(m, "samples")]) for m in MILESTONES]
+
+
+def _cases(kind):
+    return [case(m, n, grades=[(m, n)]) for m in MILESTONES for n in by_kind(m, kind)]
+
+
+@pytest.mark.parametrize("milestone", _per_milestone("reference"))
+def test_reference_gets_full_marks(milestone, graded):
+    r = graded(milestone, "reference")
     assert r.score == r.max_score == COURSE.milestone(milestone).max_score, [
         (c.name, c.message) for c in r.checks if not c.passed]
     assert not r.internal_errors
 
 
-@pytest.mark.parametrize("milestone", MILESTONES)
-def test_stub_gets_zero_saying_not_implemented(milestone):
-    r = graded(milestone)["stub"]
+@pytest.mark.parametrize("milestone", _per_milestone("stub"))
+def test_stub_gets_zero_saying_not_implemented(milestone, graded):
+    r = graded(milestone, "stub")
     assert r.score == 0
     for c in r.checks:
         assert "not implemented yet" in c.message, (c.name, c.message)
@@ -250,13 +267,9 @@ def test_enough_subjects_and_every_group_is_caught(milestone):
     assert caught <= groups, f"CATCHES names unknown groups: {sorted(caught - groups)}"
 
 
-def _mutant_cases():
-    return [(m, n) for m in MILESTONES for n in by_kind(m, "mutants")]
-
-
-@pytest.mark.parametrize("milestone, name", _mutant_cases())
-def test_mutant_loses_points_where_expected(milestone, name):
-    r = graded(milestone)[name]
+@pytest.mark.parametrize("milestone, name", _cases("mutants"))
+def test_mutant_loses_points_where_expected(milestone, name, graded):
+    r = graded(milestone, name)
     path = subjects(milestone)[name]
     scores = {c.name: c for c in r.checks}
     for g in catches(path):
@@ -267,15 +280,15 @@ def test_mutant_loses_points_where_expected(milestone, name):
     assert not r.internal_errors, r.internal_errors
 
 
-@pytest.mark.parametrize("milestone, name", [(m, n) for m in MILESTONES for n in by_kind(m, "correct")])
-def test_correct_variant_gets_full_marks(milestone, name):
-    r = graded(milestone)[name]
+@pytest.mark.parametrize("milestone, name", _cases("correct"))
+def test_correct_variant_gets_full_marks(milestone, name, graded):
+    r = graded(milestone, name)
     assert r.score == r.max_score, [(c.name, c.message) for c in r.checks if not c.passed]
 
 
-@pytest.mark.parametrize("milestone", MILESTONES)
-def test_samples_get_partial_credit(milestone):
-    samples = {n: r for n, r in graded(milestone).items() if n.startswith("samples/")}
+@pytest.mark.parametrize("milestone", _samples_cases())
+def test_samples_get_partial_credit(milestone, graded):
+    samples = graded.of(milestone, "samples/")
     assert samples, "the demo needs sample submissions"
     for name, r in samples.items():
         assert 0 < r.score < r.max_score, (name, r.score)
@@ -286,11 +299,11 @@ def named_causes(result) -> set[str]:
     return {c.cause for c in result.checks if not c.passed and c.cause}
 
 
-@pytest.mark.parametrize("milestone, name", _mutant_cases())
-def test_mutant_gets_its_diagnosis_and_no_wrong_one(milestone, name):
+@pytest.mark.parametrize("milestone, name", _cases("mutants"))
+def test_mutant_gets_its_diagnosis_and_no_wrong_one(milestone, name, graded):
     """Feedback names the mistake (the first DIAGNOSIS entry) and never a cause the mutant does not have."""
     want = diagnosis(subjects(milestone)[name])
-    named = named_causes(graded(milestone)[name])
+    named = named_causes(graded(milestone, name))
     if want == ["none"]:
         assert not named, f"{name}: named {named}, but no cause is known for this mistake"
         return
@@ -322,13 +335,8 @@ def test_most_mutants_get_a_named_cause(milestone):
 
 
 @pytest.mark.parametrize("milestone", MILESTONES)
-def test_a_file_that_computes_nothing_scores_zero(milestone, tmp_path):
+def test_a_file_that_computes_nothing_scores_zero(milestone, grade_text):
     """Points for how code is written only when it works: zeros, the input, or noise earn nothing."""
-    from autograder.grading.grade import grade
-    m = COURSE.milestone(milestone)
     for kind in ("zeros", "input", "random"):
-        folder = tmp_path / kind
-        folder.mkdir()
-        (folder / m.files[0]).write_text(NOTHING[milestone].replace("KIND", repr(kind)))
-        r = grade(folder, milestone, course=COURSE)
+        r = grade_text(milestone, NOTHING[milestone].replace("KIND", repr(kind)), name=kind)
         assert r.score == 0, (kind, [(c.name, c.score) for c in r.checks if c.score])

@@ -6,7 +6,9 @@ reshaping of the grader changed no score, named cause or message.
 
 A subject is the reference, the stub, a mutant, a correct variant, a sample, a file of the hostile corpus
 or of the integrity corpus. Each is graded through the batch grader (two lanes); what is kept per check
-is its score, its named cause and its message with line numbers left out (moving code moves them).
+is its score, its named cause and its message with line numbers left out (moving code moves them), and
+the numbers in paths under /tmp (a hostile file names its scratch file by the worker's process id, which
+depends on how many workers its lane forked before).
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))                 # derived.py, conftest's helpers
 _LINE = re.compile(r"line \d+")
+_TMP_PATH = re.compile(r"/tmp/[^\s'\"]+")
+
+
+def _message(text: str) -> str:
+    text = _LINE.sub("line N", text)
+    return _TMP_PATH.sub(lambda m: re.sub(r"\d+", "N", m.group(0)), text)
 
 
 def subjects(course, mid: str) -> dict[str, str]:
@@ -39,7 +47,7 @@ def subjects(course, mid: str) -> dict[str, str]:
 
 def verdict(result) -> dict:
     return {"score": result.score, "integrity": result.integrity,
-            "checks": {c.name: [c.score, c.cause, _LINE.sub("line N", c.message)] for c in result.checks}}
+            "checks": {c.name: [c.score, c.cause, _message(c.message)] for c in result.checks}}
 
 
 def snapshot(milestones: list[str]) -> dict:
@@ -65,8 +73,15 @@ def snapshot(milestones: list[str]) -> dict:
     return out
 
 
+def _normalized(snapshot: dict) -> dict:
+    """A snapshot with every message as `verdict` keeps it now (snapshots taken before it left /tmp paths)."""
+    return {mid: {name: {**v, "checks": {c: [x[0], x[1], _message(x[2])] for c, x in v["checks"].items()}}
+                  for name, v in by_name.items()} for mid, by_name in snapshot.items()}
+
+
 def compare(before: dict, after: dict) -> list[str]:
     """Every difference, one line each: a subject that appeared or went, or a check whose verdict moved."""
+    before, after = _normalized(before), _normalized(after)
     lines = []
     for mid in sorted(set(before) | set(after)):
         a, b = before.get(mid, {}), after.get(mid, {})

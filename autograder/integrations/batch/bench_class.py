@@ -19,6 +19,16 @@ from autograder import config
 from autograder.integrations.batch.run import grade_class
 
 
+def _whole_text(path: Path, course: config.Course) -> str:
+    """The submission a test subject stands for: most mutants hold only what differs from the reference,
+    under a BASE line (autograder/tests/derived.py assembles them)."""
+    tests = str(course.root / "autograder" / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from derived import subject_text
+    return subject_text(path, course, "m1")
+
+
 def make_class(dest: Path, n: int, course: config.Course) -> dict[str, str]:
     """Write n student folders under dest; return {student: kind}."""
     root = course.root
@@ -38,7 +48,7 @@ def make_class(dest: Path, n: int, course: config.Course) -> dict[str, str]:
         src = next(cycles[kind])
         name = f"s{i:03d}_{kind}_{(src.parent.name if src.name == 'attention.py' and kind == 'hostile' else src.stem)}"
         (dest / name).mkdir(parents=True)
-        shutil.copy(src, dest / name / "attention.py")
+        (dest / name / "attention.py").write_text(_whole_text(src, course))
         kinds[name] = kind
     return kinds
 

@@ -2,21 +2,9 @@
 
 CATCHES: gradients
 DIAGNOSIS: graph_cut
+
+BASE: reference
 """
-
-import math
-
-import torch
-
-
-def softmax(x, dim=-1):
-    """Numerically stable softmax of `x` along `dim`; an all -inf slice gives zeros."""
-    x_max = x.amax(dim=dim, keepdim=True)
-    # an all -inf slice has max -inf: shift it by 0 instead so no NaN appears
-    x_max = torch.where(torch.isfinite(x_max), x_max, torch.zeros_like(x_max))
-    e = torch.exp(x - x_max)
-    total = e.sum(dim=dim, keepdim=True)
-    return e / torch.where(total > 0, total, torch.ones_like(total))
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
@@ -31,13 +19,3 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
             weights = torch.nn.functional.dropout(weights, p=dropout_p)
         output = weights @ v
     return output, weights
-
-
-def padding_mask(tokens, pad_id):
-    """[B, L] token ids -> [B, 1, L] bool, True where the token is not padding."""
-    return (tokens != pad_id).unsqueeze(1)
-
-
-def causal_mask(size, device=None):
-    """[size, size] bool, True on and below the diagonal."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()

@@ -2,11 +2,9 @@
 
 CATCHES: dropout
 DIAGNOSIS: dropout_rescale_by_p
-"""
-"""Milestone 1: scaled dot-product attention and masks."""
-import math
 
-import torch
+BASE: reference
+"""
 import torch.nn.functional as F
 
 
@@ -31,11 +29,6 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
         weights = weights * keep / dropout_p
     output = torch.matmul(weights, v)
     return output, weights
-
-
-def padding_mask(tokens, pad_id):
-    """[B, L] token ids -> [B, 1, L] bool, True for real tokens."""
-    return (tokens != pad_id).unsqueeze(1)
 
 
 def causal_mask(size, device=None):

@@ -2,11 +2,9 @@
 
 CATCHES: mask_helpers
 DIAGNOSIS: padding_compare
-"""
-"""Milestone 1: scaled dot-product attention and masks."""
-import math
 
-import torch
+BASE: reference
+"""
 import torch.nn.functional as F
 
 

@@ -4,11 +4,9 @@ Inside attention the in-place shift also overwrites a tensor autograd saved for 
 
 CATCHES: gradients, dtype_inplace
 DIAGNOSIS: input_modified, inplace_breaks_autograd
+
+BASE: reference
 """
-
-import math
-
-import torch
 
 
 def softmax(x, dim=-1):
@@ -19,26 +17,3 @@ def softmax(x, dim=-1):
     e = torch.exp(x)
     total = e.sum(dim=dim, keepdim=True)
     return e / torch.where(total > 0, total, torch.ones_like(total))
-
-
-def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
-    """softmax(q k^T / sqrt(d_k)) v with an optional bool mask (True = may attend)."""
-    d_k = q.size(-1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)        # [..., Lq, Lk]
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)                        # [..., Lq, Lk]
-    if dropout_p > 0.0:
-        weights = torch.nn.functional.dropout(weights, p=dropout_p)
-    output = weights @ v                                     # [..., Lq, d_v]
-    return output, weights
-
-
-def padding_mask(tokens, pad_id):
-    """[B, L] token ids -> [B, 1, L] bool, True where the token is not padding."""
-    return (tokens != pad_id).unsqueeze(1)
-
-
-def causal_mask(size, device=None):
-    """[size, size] bool, True on and below the diagonal."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()

@@ -2,19 +2,9 @@
 
 CATCHES: gradients
 DIAGNOSIS: graph_cut
+
+BASE: reference
 """
-"""Milestone 2: multi-head attention.
-
-Several attention "heads" run side by side, each on its own d_k = d_model / num_heads slice of
-the projected queries, keys and values, so each head can learn a different pattern.
-
-Shapes: B = batch, L = sequence length, H = num_heads, d_k = d_model // H.
-Masks are boolean, True = may attend (as in milestone 1).
-"""
-import torch
-from torch import nn
-
-from attention import scaled_dot_product_attention
 
 
 def split_heads(x, num_heads):
@@ -25,12 +15,6 @@ def split_heads(x, num_heads):
     """
     B, L, d_model = x.shape
     return x.reshape(B, L, num_heads, d_model // num_heads).transpose(1, 2)
-
-
-def merge_heads(x):
-    """[B, H, L, d_k] -> [B, L, H*d_k], the inverse of split_heads."""
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)
 
 
 class MultiHeadAttention(nn.Module):

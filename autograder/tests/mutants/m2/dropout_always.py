@@ -3,24 +3,9 @@ attention dropout is active in eval mode too.
 
 CATCHES: dropout
 DIAGNOSIS: dropout_in_eval
+
+BASE: reference
 """
-import torch
-from torch import nn
-
-from attention import scaled_dot_product_attention
-
-
-def split_heads(x, num_heads):
-    """[B, L, d_model] -> [B, H, L, d_k]: head h holds features h*d_k : (h+1)*d_k."""
-    B, L, d_model = x.shape
-    d_k = d_model // num_heads
-    return x.reshape(B, L, num_heads, d_k).transpose(1, 2)   # [B, H, L, d_k]
-
-
-def merge_heads(x):
-    """[B, H, L, d_k] -> [B, L, H*d_k], the inverse of split_heads."""
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)          # [B, L, d_model]
 
 
 class MultiHeadAttention(nn.Module):

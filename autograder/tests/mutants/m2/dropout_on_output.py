@@ -2,43 +2,9 @@
 
 CATCHES: dropout
 DIAGNOSIS: dropout_not_on_weights
+
+BASE: reference
 """
-"""Milestone 2: multi-head attention.
-
-Several attention "heads" run side by side, each on its own d_k = d_model / num_heads slice of
-the projected queries, keys and values, so each head can learn a different pattern.
-
-Shapes: B = batch, L = sequence length, H = num_heads, d_k = d_model // H.
-Masks are boolean, True = may attend (as in milestone 1).
-"""
-import torch
-from torch import nn
-
-from attention import scaled_dot_product_attention
-
-
-def split_heads(x, num_heads):
-    """[B, L, d_model] -> [B, H, L, d_k]: head h holds features h*d_k : (h+1)*d_k.
-
-    Example: with d_model = 4 and num_heads = 2, the features [a, b, c, d] of one position
-    go to head 0 as [a, b] and to head 1 as [c, d].
-    """
-    ### BEGIN SOLUTION
-    ### TODO: reshape to [B, L, H, d_k] (features h*d_k:(h+1)*d_k become head h), then move
-    ### TODO: the head dimension before the length: [B, H, L, d_k]. A plain view to [B, H, L, d_k] mixes positions.
-    B, L, d_model = x.shape
-    d_k = d_model // num_heads
-    return x.reshape(B, L, num_heads, d_k).transpose(1, 2)   # [B, H, L, d_k]
-    ### END SOLUTION
-
-
-def merge_heads(x):
-    """[B, H, L, d_k] -> [B, L, H*d_k], the inverse of split_heads."""
-    ### BEGIN SOLUTION
-    ### TODO: move the head dimension back after the length ([B, L, H, d_k]), then flatten the
-    ### TODO: last two dimensions. After a transpose, use .reshape (or .contiguous().view).
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)          # [B, L, d_model]
     ### END SOLUTION
 
 
@@ -98,4 +64,3 @@ class MultiHeadAttention(nn.Module):
         out, weights = scaled_dot_product_attention(q, k, v, mask)  # [B, H, Lq, d_k]
         self.attn_weights = weights.detach()                    # [B, H, Lq, Lk]
         return torch.nn.functional.dropout(self.w_o(merge_heads(out)), p, self.training)                       # [B, Lq, d_model]
-        ### END SOLUTION

@@ -2,14 +2,12 @@
 
 CATCHES: shapes, parity, head_weights, gradients
 DIAGNOSIS: reshape_wrong_size
+
+BASE: reference
 """
-"""Milestone 2: multi-head attention."""
 import math
 
 import torch
-from torch import nn
-
-from attention import scaled_dot_product_attention
 
 
 def split_heads(x, num_heads):
@@ -17,12 +15,6 @@ def split_heads(x, num_heads):
     B, L, d_model = x.shape
     d_k = d_model // num_heads
     return x.view(B, L, num_heads, d_k).transpose(1, 2)
-
-
-def merge_heads(x):
-    """[B, H, L, d_k] -> [B, L, H*d_k]."""
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)
 
 
 class MultiHeadAttention(nn.Module):

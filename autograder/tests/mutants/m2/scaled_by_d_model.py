@@ -2,28 +2,9 @@
 
 CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
 DIAGNOSIS: scaled_by_d_model
+
+BASE: reference
 """
-import torch
-from torch import nn
-
-from attention import scaled_dot_product_attention
-
-
-def split_heads(x, num_heads):
-    """[B, L, d_model] -> [B, H, L, d_k]: head h holds features h*d_k : (h+1)*d_k.
-
-    Example: with d_model = 4 and num_heads = 2, the features [a, b, c, d] of one position
-    go to head 0 as [a, b] and to head 1 as [c, d].
-    """
-    B, L, d_model = x.shape
-    d_k = d_model // num_heads
-    return x.reshape(B, L, num_heads, d_k).transpose(1, 2)   # [B, H, L, d_k]
-
-
-def merge_heads(x):
-    """[B, H, L, d_k] -> [B, L, H*d_k], the inverse of split_heads."""
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)          # [B, L, d_model]
 
 
 class MultiHeadAttention(nn.Module):
