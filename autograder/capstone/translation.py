@@ -10,7 +10,8 @@ Data: Sentence pairs from the Tatoeba Project (tatoeba.org), CC-BY 2.0 FR (see d
 
 Split: by English sentence, fixed and seeded. Every distinct English sentence goes to exactly one
 split with ALL its French translations, so no translation of a test sentence is ever seen in
-training; the test set scores each output against every French translation of its sentence.
+training (nor is a pair whose French is one of them, whatever its English); the test set scores each
+output against every French translation of its sentence.
 
 Tokenizer (measured against characters; see README): word level, lower-cased, words and punctuation
 as separate tokens, one vocabulary per language of the words seen at least `min_count` times in the
@@ -74,7 +75,10 @@ def split(pairs, n_val: int = 500, n_test: int = 1000, max_chars: int = 40, seed
     short = [e for e in order if len(e) <= max_chars]
     test, val = short[:n_test], short[n_test:n_test + n_val]
     held = set(test) | set(val)
-    train = [(e, [f for f in groups[e] if len(f) <= max_chars]) for e in order
+    # Stricter than the grouping alone: a French reference of a held-out sentence is never a training
+    # target either, even as the translation of another English sentence ("Run!" / "Run.").
+    held_fr = {tuple(pieces(f)) for e in held for f in groups[e]}     # the tokens the model would see
+    train = [(e, [f for f in groups[e] if len(f) <= max_chars and tuple(pieces(f)) not in held_fr]) for e in order
              if e not in held and len(e) <= max_chars]
     return Splits([(e, fs) for e, fs in train if fs], [(e, groups[e]) for e in val], [(e, groups[e]) for e in test])
 
