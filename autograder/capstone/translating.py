@@ -209,9 +209,6 @@ def _score(child, conf, tok, splits, test_refs, val_refs, vals, losses) -> dict:
     return result
 
 
-GOAL = 25.0        # BLEU the reference reaches in the default 8 minutes on 2 cores (README)
-
-
 def report(result: dict, stream=sys.stdout) -> None:
     stream.write(f"Trained {result['steps']:,} steps in {result['train_seconds']:.0f} s on "
                  f"{result['train_pairs']:,} pairs; test set: {result['test_size']} English sentences never seen in "
@@ -239,9 +236,9 @@ def report(result: dict, stream=sys.stdout) -> None:
     stream.write(f"Attention heatmaps: {result.get('attention_png', 'not saved')}.\n")
     for why in result.get("not_copied", []):
         stream.write(f"Not copied to the output folder: {why}.\n")
-    if result["bleu_greedy"] < 12 and result["minutes"] >= 3:
-        stream.write("This model translates poorly: the course's reference reaches BLEU 12 in about 2 minutes. Check "
-                     "train_step, the loss and make_batch with the public tests of milestone 5.\n")
+    if result["bleu_greedy"] < 12 and result["steps"] >= 450:
+        stream.write("This model translates poorly: the course's reference passes BLEU 12 within 450 steps (CI's "
+                     "short run). Check train_step, the loss and make_batch with the public tests of milestone 5.\n")
     stream.write(f"Data: {result['data']}.\n")
 
 
