@@ -26,6 +26,8 @@ EPILOG = """examples:
   course train --task reverse            train the reference Transformer, report exact match on unseen inputs
   course train --from my_files/          the same with your own six files
   course translate train-out/model.pt "abcde"   decode one input with a trained model
+  course train --task translate --out runs/fr   English -> French in 8 minutes on 2 cores; BLEU and chrF
+  course translate runs/fr/model.pt "I am cold."   translate a sentence (no sentence: standard input)
 """
 
 
@@ -64,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                                    "your own attention.py ... decoding.py; the course's data.py is added), train it "
                                    "with a progress bar, and report greedy exact match on the test split.")
     t.add_argument("--from", dest="source", metavar="DIR", help="folder holding your files of every milestone")
-    t.add_argument("--task", choices=["copy", "reverse", "sort", "dates"], default="reverse")
+    t.add_argument("--task", choices=["copy", "reverse", "sort", "dates", "translate"], default="reverse",
+                   help="a toy task, or translate: English -> French on Tatoeba sentences (BLEU and chrF)")
+    t.add_argument("--minutes", type=float, help="translate: minutes of training (default 8)")
     t.add_argument("--out", metavar="DIR", default="train-out",
                    help="where model.pt, training.png, attention.png and summary.json go")
     t.add_argument("--steps", type=int, help="most training steps (training stops earlier once validation exact "
@@ -77,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                         description="Decode TEXT with CHECKPOINT (model.pt of `course train`): greedy, or beam "
                                     "search with --beam (decoding.py needed).")
     tr.add_argument("checkpoint", metavar="CHECKPOINT")
-    tr.add_argument("text", metavar="TEXT")
+    tr.add_argument("text", metavar="TEXT", nargs="?",
+                    help="the input; without it, every line of standard input is translated, one output line each")
     tr.add_argument("--from", dest="source", metavar="DIR", help="the folder the model was trained --from")
     tr.add_argument("--beam", type=int, metavar="K", help="beam search with K hypotheses instead of greedy")
     tr.add_argument("--unsafe-no-sandbox", action="store_true",
@@ -200,8 +205,19 @@ def _train(course: config.Course, args) -> int:
     from autograder.capstone import train
     try:
         if args.command == "translate":
-            print(train.translate(course, Path(args.checkpoint), args.text, args.source, args.beam,
-                                  unsafe=args.unsafe_no_sandbox))
+            from autograder.capstone import translating
+            lines = [args.text] if args.text is not None else [line.rstrip("\r\n") for line in sys.stdin]
+            for line in translating.translate_lines(course, Path(args.checkpoint), lines, args.source, args.beam,
+                                                    unsafe=args.unsafe_no_sandbox):
+                print(line)
+            return 0
+        if args.task == "translate":
+            from autograder.capstone import translating
+            overrides = {"seed": args.seed, "minutes": args.minutes, "steps": args.steps}
+            result = translating.train(course, Path(args.source) if args.source else None, Path(args.out), overrides,
+                                       unsafe=args.unsafe_no_sandbox)
+            translating.report(result)
+            print(f"Wrote {args.out}/model.pt, training.png, attention.png and summary.json.")
             return 0
         overrides = {"task": args.task, "seed": args.seed}
         if args.task == "dates":

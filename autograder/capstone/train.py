@@ -230,7 +230,8 @@ def _lines(pipe):
         yield line.decode("utf-8", "replace")
 
 
-def _run_child(ws: _Workspace, iso: _Isolation, job: dict, on_progress=None, timeout: float | None = None) -> _Run:
+def _run_child(ws: _Workspace, iso: _Isolation, job: dict, on_progress=None, timeout: float | None = None,
+               on_validation=None) -> _Run:
     """Run trainrun.py on `job` in the sandbox; its files land in ws.out."""
     (ws.modules / "job.json").write_text(json.dumps(job))
     script = ws.modules / "trainrun.py"
@@ -276,6 +277,11 @@ def _run_child(ws: _Workspace, iso: _Isolation, job: dict, on_progress=None, tim
                     on_progress(json.loads(line[9:]))
                 except (ValueError, TypeError, KeyError, ZeroDivisionError, OverflowError):
                     pass              # not a progress line of ours
+            elif line.startswith("VALIDATION ") and on_validation is not None:
+                try:
+                    on_validation(json.loads(line[11:]))
+                except (ValueError, TypeError, KeyError, ZeroDivisionError, OverflowError):
+                    pass              # not a validation line of ours
             elif line.startswith("ERROR "):
                 try:
                     e = json.loads(line[6:])

@@ -229,6 +229,9 @@ def translate():
             fail("translate", e, "the checkpoint holds more than tensors and plain values (" +
                  (f"it names {what.group(1)}" if what else "objects that must run code to load") +
                  "), so it was not written by `course train`, or was changed since: not loaded")
+        if isinstance(ck, dict) and "vocab" in ck:
+            write_json("result.json", translate_words(ck))
+            return
         c = ck["config"]
         tok = CharTokenizer(ck["texts"])
         model = Transformer(tok.vocab_size, tok.vocab_size, d_model=c["d_model"], num_heads=c["heads"],
@@ -311,5 +314,174 @@ def _plot(history, evals, path):
         pass
 
 
+# ---- the translation capstone (`course train --task translate`) ------------------------------------
+
+def main_translation():
+    """JOB {"conf", "train": [[src ids, tgt ids], ...], "val": [src ids, ...], "test": [src ids, ...],
+    "vocab": {"src": [token, ...], "tgt": [...]}, "max_out"}: train for conf["minutes"], printing
+    `VALIDATION <json>` lines (the token ids greedy decoding wrote for the validation sources; the parent
+    scores them), then decode the test sources. Ids only: the course's tokenizer runs in the parent."""
+    c = CONF
+    torch.manual_seed(c["seed"])
+    vocab, max_out = JOB["vocab"], JOB["max_out"]
+    pad, bos, eos = 0, 1, 2
+    train, val, test = JOB["train"], JOB["val"], JOB["test"]
+    try:
+        model = Transformer(len(vocab["src"]), len(vocab["tgt"]), d_model=c["d_model"], num_heads=c["heads"],
+                            num_layers=c["layers"], d_ff=c["d_ff"], dropout=c["dropout"], max_len=256)
+        optimizer, scheduler = make_optimizer(model, c["d_model"], c["warmup"], c["factor"])
+    except Exception as e:
+        fail("model", e)
+    gen = torch.Generator().manual_seed(c["seed"])
+    budget = 60.0 * c["minutes"]
+    t0, cpu0 = time.monotonic(), time.process_time()
+    next_eval = c["eval_seconds"]
+    tokens_seen, step, last_loss = 0, 0, float("nan")
+
+    def greedy_ids(sources, how="greedy", beam=4, batch=250):
+        outputs = []
+        for i in range(0, len(sources), batch):
+            chunk = sources[i:i + batch]
+            b = make_batch(chunk, [[]] * len(chunk), pad, bos, eos)
+            args = (model, b["src"], b["src_mask"], max_out, bos, eos, pad)
+            if how == "beam":
+                out = decoding.beam_search(*args, beam_size=beam)[0]
+            elif how == "cached":
+                out = decoding.greedy_decode_cached(*args)
+            else:
+                out = decoding.greedy_decode(*args) if decoding is not None else greedy(*args)
+            outputs += rows(out, eos, max_out + 2)
+        return outputs
+
+    while True:
+        elapsed = time.monotonic() - t0
+        if elapsed >= budget or (c.get("steps") and step >= c["steps"]):
+            break
+        step += 1
+        idx = torch.randint(len(train), (c["batch"],), generator=gen).tolist()
+        try:
+            batch = make_batch([train[i][0] for i in idx], [train[i][1] for i in idx], pad, bos, eos)
+            last_loss = float(train_step(model, batch, optimizer, pad, scheduler, c["smoothing"], c["clip"]))
+        except Exception as e:
+            fail("training", e)
+        if not math.isfinite(last_loss):
+            print("ERROR " + json.dumps({"stage": "training", "type": "NonFiniteLoss", "message":
+                                          f"the training loss became {last_loss} at step {step}",
+                                          "file": "training.py", "line": None, "code": ""}), flush=True)
+            sys.exit(1)
+        tokens_seen += int((batch["tgt_out"] != pad).sum())
+        elapsed = time.monotonic() - t0
+        if step % 5 == 0:
+            print("PROGRESS " + json.dumps({"step": step, "loss": last_loss, "elapsed": elapsed, "budget": budget,
+                                            "tok_s": tokens_seen / max(elapsed, 1e-9)}), flush=True)
+        if elapsed >= next_eval and elapsed < budget:
+            next_eval = elapsed + c["eval_seconds"]
+            try:
+                ids = greedy_ids(val)
+            except Exception as e:
+                fail("evaluation", e)
+            print("VALIDATION " + json.dumps({"step": step, "elapsed": elapsed, "cpu": time.process_time() - cpu0,
+                                              "ids": ids}), flush=True)
+    train_s = time.monotonic() - t0
+    try:
+        t_dec = time.monotonic()
+        result = {"steps": step, "train_seconds": round(train_s, 1), "loss": last_loss,
+                  "cpu_seconds": round(time.process_time() - cpu0, 1),
+                  "decoding": "decoding.py" if decoding is not None else "the course's greedy",
+                  "val": {"step": step, "ids": greedy_ids(val)}}
+        result["seconds"] = {"validation": round(time.monotonic() - t_dec, 2)}
+        t_dec = time.monotonic()
+        result["greedy"] = greedy_ids(test)
+        result["seconds"]["greedy"] = round(time.monotonic() - t_dec, 2)
+        if decoding is not None and c.get("beam"):
+            t_dec = time.monotonic()
+            result["beam"] = greedy_ids(test, "beam", c["beam"], batch=100)
+            result["seconds"]["beam"] = round(time.monotonic() - t_dec, 2)
+        if decoding is not None and hasattr(decoding, "greedy_decode_cached"):
+            t_dec = time.monotonic()
+            result["cached"] = greedy_ids(test, "cached")
+            result["seconds"]["cached"] = round(time.monotonic() - t_dec, 2)
+        if decoding is not None and hasattr(decoding, "sample_decode"):
+            b = make_batch(test[:3], [[]] * 3, pad, bos, eos)
+            result["temperature"] = {}
+            for temp in (0.5, 1.0, 1.5):
+                out = decoding.sample_decode(model, b["src"], b["src_mask"], max_out, bos, eos, pad,
+                                             temperature=temp, generator=torch.Generator().manual_seed(0))
+                result["temperature"][str(temp)] = rows(out, eos, max_out + 2)
+    except Exception as e:
+        fail("decoding", e)
+    # Tensors and plain values only: `course translate` loads it with weights_only=True.
+    torch.save({"state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "config": {k: v for k, v in c.items()},
+                "vocab": {"src": [str(t) for t in vocab["src"]], "tgt": [str(t) for t in vocab["tgt"]]}},
+               os.path.join(OUT, "model.pt"))
+    result["attention_png"] = _attention_words(model, vocab, test[:3], result["greedy"][:3], max_out,
+                                               os.path.join(OUT, "attention.png"))
+    write_json("result.json", result)
+
+
+def _attention_words(model, vocab, sources, outputs, max_len, path):
+    """Heatmaps of the last decoder layer's cross-attention (mean over heads) for a few real sentences,
+    re-running the model on the tokens it wrote. Returns a sentence saying what was saved."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from attention import causal_mask
+        model.eval()
+        fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 4.2), squeeze=False)
+        for ax, src, out in zip(axes[0], sources, outputs):
+            out = [i for i in out if i not in (0, 1)]
+            ys = torch.tensor([[1] + out[:-1] if out and out[-1] == 2 else [1] + out])
+            b = make_batch([src], [[]], 0, 1, 2)
+            with torch.no_grad():
+                model(b["src"], ys, b["src_mask"], causal_mask(ys.size(1)))
+            w = getattr(model.decoder.layers[-1].cross_attn, "attn_weights", None)
+            if not isinstance(w, torch.Tensor) or w.dim() != 4:
+                plt.close(fig)
+                return "not saved: MultiHeadAttention keeps no attn_weights [B, H, Lq, Lk] after forward"
+            src_t = [vocab["src"][i] if i < len(vocab["src"]) else "<unk>" for i in src]
+            out_t = [vocab["tgt"][i] if i < len(vocab["tgt"]) else "<unk>" for i in out]
+            ax.imshow(w[0].float().mean(0)[: len(out_t), : len(src_t)].numpy(), cmap="viridis", vmin=0, vmax=1)
+            ax.set_xticks(range(len(src_t)), src_t, fontsize=8, rotation=60)
+            ax.set_yticks(range(len(out_t)), out_t, fontsize=8)
+        fig.suptitle("cross-attention of the last decoder layer (mean over heads) on test sentences", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return f"saved for {len(sources)} test sentences"
+    except Exception as e:        # a picture must never cost the run
+        return f"not saved: {type(e).__name__}: {e}"[:200]
+
+
+def translate_words(ck):
+    """A checkpoint of `course train --task translate`: JOB["pieces"] (one token list per sentence, made by
+    the course's tokenizer in the parent) -> the ids decoded for each, and the target vocabulary."""
+    c, vocab = ck["config"], ck["vocab"]
+    stoi = {t: i for i, t in enumerate(vocab["src"])}
+    model = Transformer(len(vocab["src"]), len(vocab["tgt"]), d_model=c["d_model"], num_heads=c["heads"],
+                        num_layers=c["layers"], d_ff=c["d_ff"], dropout=0.0, max_len=256)
+    model.load_state_dict(ck["state_dict"])
+    sources = [[stoi.get(t, 3) for t in p][:200] or [3] for p in JOB["pieces"]]
+    if JOB.get("beam") and decoding is None:
+        raise RuntimeError("--beam needs decoding.py (milestone 6)")
+    ids = []
+    for i in range(0, len(sources), 64):
+        b = make_batch(sources[i:i + 64], [[]] * len(sources[i:i + 64]), 0, 1, 2)
+        max_len = min(2 * b["src"].size(1) + 10, 250)
+        args = (model, b["src"], b["src_mask"], max_len, 1, 2, 0)
+        if JOB.get("beam"):
+            out = decoding.beam_search(*args, beam_size=JOB["beam"])[0]
+        else:
+            out = decoding.greedy_decode(*args) if decoding is not None else greedy(*args)
+        ids += rows(out, 2, max_len + 2)
+    return {"ids": ids, "vocab": [str(t) for t in vocab["tgt"]]}
+
+
 if __name__ == "__main__":
-    translate() if "translate" in JOB else main()
+    if "translate" in JOB:
+        translate()
+    elif CONF.get("task") == "translate":
+        main_translation()
+    else:
+        main()
