@@ -17,9 +17,10 @@ from autograder.grading.checks import CheckFailed, Tester, describe, group, shap
 from autograder.milestones.reference import attention_weights
 from autograder.milestones.m1.mistakes import (
     CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
-    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DTYPE_CHANGED, GRAPH_CUT,
-    INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW, PADDING_COMPARE, PADDING_MASK_INVERTED,
-    PADDING_MASK_NO_QUERY_DIM, PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN)
+    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE,
+    DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW,
+    OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_INVERTED, PADDING_MASK_NO_QUERY_DIM,
+    PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN)
 
 SDPA = "scaled_dot_product_attention"
 ATTENTION_GROUPS = ("softmax",)          # what every attention group depends on
@@ -201,9 +202,7 @@ def output_not_from_weights(out, w, v):
         atol = 1e-6 if out.dtype == torch.float32 else 1e-9
         try:
             if not torch.allclose(out.to(torch.float64), (w.to(torch.float64) @ v.to(torch.float64)), atol=atol):
-                return CATALOGUE.mistake("output_not_from_weights", "the weights returned are not the ones the output "
-                                         "was computed with: return the weights that made the output (after masking and "
-                                         "dropout), and compute output = weights @ v.")
+                return OUTPUT_NOT_FROM_WEIGHTS
         except RuntimeError:
             return None
     return None
@@ -627,8 +626,6 @@ def check_dropout(t: Tester, p, dtype):
                f"torch.nn.functional.dropout(weights, p=dropout_p)).")
     kept = ~dropped
     t.expect_close(w[kept].to(exp_w.dtype), exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
-        (CATALOGUE.mistake("dropout_no_rescale", "the weights that survive dropout must be divided by (1 - dropout_p), "
-                           "so the expected output is unchanged (F.dropout does this)."), exp_w[kept]),
-        (CATALOGUE.mistake("dropout_rescale_by_p", "the weights that survive dropout must be divided by (1 - dropout_p), "
-                           "the probability of keeping them, not by dropout_p."), exp_w[kept] / p)] + [
+        (DROPOUT_NO_RESCALE, exp_w[kept]),
+        (DROPOUT_RESCALE_BY_P, exp_w[kept] / p)] + [
         (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])

@@ -25,3 +25,15 @@ SOFTMAX_NAN_BLOCKED_ROW = CATALOGUE.mistake("softmax_nan_blocked_row")
 SWAPPED_RETURN = CATALOGUE.mistake(
     "swapped_return",
     'it returns (weights, output); return them in the order (output, weights).')
+OUTPUT_NOT_FROM_WEIGHTS = CATALOGUE.mistake(
+    "output_not_from_weights",
+    'the weights returned are not the ones the output was computed with: return the weights that made the'
+    ' output (after masking and dropout), and compute output = weights @ v.')
+DROPOUT_NO_RESCALE = CATALOGUE.mistake(
+    "dropout_no_rescale",
+    'the weights that survive dropout must be divided by (1 - dropout_p), so the expected output is '
+    'unchanged (F.dropout does this).')
+DROPOUT_RESCALE_BY_P = CATALOGUE.mistake(
+    "dropout_rescale_by_p",
+    'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping '
+    'them, not by dropout_p.')

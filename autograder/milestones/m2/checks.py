@@ -18,10 +18,10 @@ from autograder.grading.checks import CheckFailed, Tester, describe, group, shap
 from autograder.milestones.reference import merge_from_heads, mha_variant, split_into_heads
 from autograder.grading import diagnosis
 from autograder.milestones.m2.mistakes import (
-    CATALOGUE, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER, DROPOUT_NOT_ON_WEIGHTS,
-    ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK, PARAMETER_NAMES, RANDOM_FORWARD,
-    VALID_CONFIG_REJECTED, WEIGHTS_AVERAGED, WEIGHTS_NOT_DETACHED, WEIGHTS_NOT_STORED, WRONG_EXCEPTION,
-    WRONG_HEAD_COUNT)
+    CATALOGUE, NEVER_USED, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER,
+    DROPOUT_NOT_ON_WEIGHTS, ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK,
+    PARAMETER_NAMES, RANDOM_FORWARD, VALID_CONFIG_REJECTED, WEIGHTS_AVERAGED, WEIGHTS_NOT_DETACHED,
+    WEIGHTS_NOT_STORED, WRONG_EXCEPTION, WRONG_HEAD_COUNT)
 
 MHA = "MultiHeadAttention"
 PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
@@ -144,8 +144,7 @@ def never_used(t: Tester, d_model, heads, query, key, value, mask, params, bias=
         for name in PROJECTIONS:
             g_w = grads.get(f"{name}.weight")
             if f"{name}.weight" in grads and (g_w is None or not torch.is_tensor(g_w) or not g_w.abs().sum() > 0):
-                return CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its weights get no gradient, so "
-                                         f"the output does not depend on them.")
+                return NEVER_USED[name]
         return None
     return probe
 

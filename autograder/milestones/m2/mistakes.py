@@ -26,3 +26,7 @@ WEIGHTS_NOT_DETACHED = CATALOGUE.mistake("weights_not_detached")
 WEIGHTS_NOT_STORED = CATALOGUE.mistake("weights_not_stored")
 WRONG_EXCEPTION = CATALOGUE.mistake("wrong_exception")
 WRONG_HEAD_COUNT = CATALOGUE.mistake("wrong_head_count")
+# A projection the output never uses (its weights get no gradient), one per projection.
+NEVER_USED = {name: CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its weights get no gradient, "
+                                      f"so the output does not depend on them.")
+              for name in ("w_q", "w_k", "w_v", "w_o")}

@@ -19,10 +19,10 @@ from autograder.milestones.reference import (
     HEADS, feed_forward_fn, layer_fn, layer_norm_fn, layer_params, ragged_masks, sub_params, torch_layer,
     torch_mask)
 from autograder.milestones.m3.mistakes import (
-    CATALOGUE, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED, ATTENTION_DROPOUT_MISSING, BATCH_MIXING,
-    DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION, FFN_DROPOUT_MISPLACED,
-    FFN_NO_DROPOUT, GRAPH_CUT, LAYER_NORM_INIT, LOOKS_AHEAD, NO_RESIDUAL_DROPOUT, NORM_FIRST_ATTRIBUTE,
-    PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE, SUBMODULE_KINDS)
+    CATALOGUE, NEVER_USED, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED, ATTENTION_DROPOUT_MISSING,
+    BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION,
+    FFN_DROPOUT_MISPLACED, FFN_NO_DROPOUT, GRAPH_CUT, LAYER_NORM_INIT, LOOKS_AHEAD, NO_RESIDUAL_DROPOUT,
+    NORM_FIRST_ATTRIBUTE, PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE, SUBMODULE_KINDS)
 
 PARTS = ("layer_norm", "feed_forward")        # what every layer group depends on
 
@@ -185,8 +185,7 @@ def never_used(grads: dict | None, names=("self_attn", "cross_attn", "feed_forwa
     for name in names:
         mine = [g for k, g in grads.items() if k.startswith(name + ".")]
         if mine and all(g is None or not torch.is_tensor(g) or not g.abs().sum() > 0 for g in mine):
-            return CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its parameters get no gradient, so the "
-                                     f"output does not depend on them.")
+            return NEVER_USED[name]
     return None
 
 

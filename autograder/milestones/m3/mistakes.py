@@ -23,3 +23,7 @@ PADDING_NOT_IGNORED = CATALOGUE.mistake("padding_not_ignored")
 PARAMETER_NAMES = CATALOGUE.mistake("parameter_names")
 SHARED_SUBMODULE = CATALOGUE.mistake("shared_submodule")
 SUBMODULE_KINDS = CATALOGUE.mistake("submodule_kinds")
+# A sub-layer the output never uses (its parameters get no gradient), one per sub-layer of a layer.
+NEVER_USED = {name: CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its parameters get no "
+                                      f"gradient, so the output does not depend on them.")
+              for name in ("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3")}

@@ -19,7 +19,6 @@ from autograder.grading.checks import CheckFailed, Tester, group, shape_str, sta
 from autograder.milestones.reference import (
     D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, layer_fn, model_params, pe_table, ragged_masks,
     stack_params, sub_params)
-
 from autograder.milestones.m4.mistakes import (
     CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, GRAPH_CUT, LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD,
     NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED, PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT,

@@ -18,11 +18,11 @@ import torch.nn.functional as F
 from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
 from autograder.milestones.reference import D, TorchModel, by_student_name, model_params, pe_table
 from autograder.milestones.m5.mistakes import (
-    CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVAL_MODE_IN_TRAIN,
-    EVALUATE_IN_TRAIN_MODE, EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, GRAPH_CUT, INPUT_MODIFIED,
-    LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_OFF_BY_ONE, NOAM_STEP_ZERO, OPTIMIZER_KIND,
-    SCHEDULER_VALUES, TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNSORTED,
-    TOKENIZER_VOCAB_SIZE, WRONG_LOSS_RETURNED)
+    CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
+    EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAPH_CUT, INPUT_MODIFIED,
+    LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, MEAN_OF_BATCH_MEANS, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
+    NOAM_STEP_ZERO, OPTIMIZER_KIND, SCHEDULER_VALUES, TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS,
+    TOKENIZER_UNSORTED, TOKENIZER_VOCAB_SIZE, WRONG_LOSS_RETURNED)
 
 # A first optimizer step imports torch's compiler (dynamo), which the fork server skips unless asked: these
 # checks step optimizers in the worker.
@@ -335,6 +335,7 @@ STEP_MISTAKES = {
     "clip_after_step": ("the gradients are clipped after optimizer.step(), when they no longer matter: clip between "
                         "backward() and optimizer.step().", {"clip_late": True}),
 }
+STEP_DEVIATIONS = [(CATALOGUE.mistake(k, text), dev) for k, (text, dev) in STEP_MISTAKES.items()]
 
 
 # ---- groups -------------------------------------------------------------------------------------------
@@ -488,7 +489,7 @@ def schedule(t: Tester):
             if math.isclose(got, noam(step + 1, d_model, warmup, factor), rel_tol=1e-9):
                 cause = NOAM_OFF_BY_ONE
             elif math.isclose(got, noam(step, d_model, warmup), rel_tol=1e-9):
-                cause = CATALOGUE.mistake("noam_factor_ignored", "`factor` multiplies the whole learning rate.")
+                cause = NOAM_FACTOR_IGNORED
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"{what} should be {want:.10g}, but it is {got:.10g}.{text}", cause)
     info = t.run(recipe_optimizer, 64, 10, 1.0, 12, what="`make_optimizer`")["value"]
@@ -523,8 +524,8 @@ def _train_inputs(t: Tester):
 def _compare_steps(t: Tester, got, p, batches_, what, names, **kw):
     want, _ = judge_steps(p, batches_, len(got["params"]), **kw)
     for i in sorted({0, len(want) - 1}):
-        mistakes = lambda i=i: [(CATALOGUE.mistake(k, text), flat(judge_steps(p, batches_, i + 1, **{**kw, **dev})[0][i], names))
-                                for k, (text, dev) in STEP_MISTAKES.items()]
+        mistakes = lambda i=i: [(mistake, flat(judge_steps(p, batches_, i + 1, **{**kw, **dev})[0][i], names))
+                                for mistake, dev in STEP_DEVIATIONS]
         t.expect_close(flat(got["params"][i], names), flat(want[i], names),
                        f"The parameters after {i + 1} call(s) of {what}", mistakes, atol=1e-8)
 
@@ -596,8 +597,7 @@ def evaluate(t: Tester):
         if not math.isclose(value, want, rel_tol=1e-9):
             cause = None
             if math.isclose(value, sum(per_batch) / len(per_batch), rel_tol=1e-9):
-                cause = CATALOGUE.mistake("mean_of_batch_means", "this is the mean of the per-batch means; divide the total loss "
-                                          "of all non-pad tokens by their number (batches with more tokens weigh more).")
+                cause = MEAN_OF_BATCH_MEANS
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"{what} should be {want:.10g} (plain cross-entropy per non-pad target token), but it is "
                    f"{value:.10g}.{text}", cause)

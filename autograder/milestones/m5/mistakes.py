@@ -30,3 +30,10 @@ TOKENIZER_SPECIALS = CATALOGUE.mistake("tokenizer_specials")
 TOKENIZER_UNSORTED = CATALOGUE.mistake("tokenizer_unsorted")
 TOKENIZER_VOCAB_SIZE = CATALOGUE.mistake("tokenizer_vocab_size")
 WRONG_LOSS_RETURNED = CATALOGUE.mistake("wrong_loss_returned")
+MEAN_OF_BATCH_MEANS = CATALOGUE.mistake(
+    "mean_of_batch_means",
+    'this is the mean of the per-batch means; divide the total loss of all non-pad tokens by their number'
+    ' (batches with more tokens weigh more).')
+NOAM_FACTOR_IGNORED = CATALOGUE.mistake(
+    "noam_factor_ignored",
+    '`factor` multiplies the whole learning rate.')

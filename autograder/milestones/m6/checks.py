@@ -24,9 +24,9 @@ from autograder.grading.checks import CheckFailed, NotJudged, Tester, describe, 
 from autograder.milestones.reference import D, D_FF, HEADS, TorchModel, model_params, pe_table
 from autograder.grading.diagnosis import reproducing
 from autograder.milestones.m6.mistakes import (
-    CATALOGUE, BOS_MISSING, CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED, NEXT_TOKEN_LOGITS_WRONG,
-    NO_EARLY_STOP, NOT_EVAL_MODE, NUMPY_WORK, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE, SCORES_DTYPE,
-    TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE, TOO_MANY_STEPS)
+    CATALOGUE, BEAM_ITEMS_MIXED, BOS_MISSING, CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED,
+    NEXT_TOKEN_LOGITS_WRONG, NOT_EVAL_MODE, NO_EARLY_STOP, NUMPY_WORK, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE,
+    SCORES_DTYPE, TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE, TOO_MANY_STEPS)
 
 PAD, BOS, EOS = 0, 1, 2
 V = 9                 # vocabulary of every model here: <pad> <bos> <eos> and six tokens
@@ -930,10 +930,7 @@ def expect_beam(t: Tester, spec, src, src_mask, max_len, K, alpha, label, want=N
         alone_want = [judge_beam(stepper(spec, src[b:b + 1], src_mask[b:b + 1]), 1, max_len, K, alpha) for b in range(B)]
         if all(isinstance(a, (tuple, list)) and same_tokens(a[0], w[0]) and isinstance(a[1], torch.Tensor)
                and close_scores(a[1].to(torch.float64), w[1]) for a, w in zip(alone, alone_want)):
-            cause = CATALOGUE.mistake("beam_items_mixed", "each item alone gives the right result but not in a batch: the "
-                                      "items' rows get mixed up, e.g. memory or src_mask repeated with .repeat (whole batch "
-                                      "after whole batch) where .repeat_interleave(beam_size, dim=0) (each item beam_size times "
-                                      "in a row) matches the [B * beam_size] order of the hypotheses.")
+            cause = BEAM_ITEMS_MIXED
     text = f" Likely cause: {cause.text}" if cause else ""
     digits = 6 if not same_tokens(tokens, want_tokens) else 12          # show where the scores differ
     t.fail(f"{what} gave tokens {rows_text(tokens)} with scores {[round(s, digits) for s in scores.tolist()]}; the "

@@ -26,3 +26,9 @@ SCORES_DTYPE = CATALOGUE.mistake("scores_dtype")
 TEMPERATURE_NOT_CHECKED = CATALOGUE.mistake("temperature_not_checked")
 TOKENS_DTYPE = CATALOGUE.mistake("tokens_dtype")
 TOO_MANY_STEPS = CATALOGUE.mistake("too_many_steps")
+BEAM_ITEMS_MIXED = CATALOGUE.mistake(
+    "beam_items_mixed",
+    "each item alone gives the right result but not in a batch: the items' rows get mixed up, e.g. memory"
+    ' or src_mask repeated with .repeat (whole batch after whole batch) where '
+    '.repeat_interleave(beam_size, dim=0) (each item beam_size times in a row) matches the [B * '
+    'beam_size] order of the hypotheses.')
