@@ -10,6 +10,7 @@ from torch import nn
 from multihead import MultiHeadAttention, merge_heads, split_heads
 
 torch.manual_seed(0)
+torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 
 
 def test_split_heads_layout():
