@@ -25,6 +25,16 @@ CAUSES = {
     'tgt_mask_added': 'with tgt_mask=None the self-attention must see every position: a mask that is None means no mask (the caller passes the causal mask; none is added inside the layer).',
 }
 
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+    'feed_forward': ['test_feedforward_dropout_on_hidden_activations'],
+    'gradients': ['test_gradients_reach_everything'],
+    'behaviour': ['test_residual_dropout_on_each_sublayer_output'],
+    'dropout': ['test_residual_dropout_on_each_sublayer_output', 'test_layer_dropout_reaches_attention'],
+    'vectorization': ['test_no_loop_over_the_batch'],
+    'from_scratch': ['test_no_forbidden_functions'],
+}
+
 FORBIDDEN = [
     ('all', ['layer_norm', 'nn.LayerNorm', 'aten::native_layer_norm*', 'aten::layer_norm*'], "PyTorch's own layer normalisation (torch.nn.LayerNorm, torch.nn.functional.layer_norm)"),
     ('all', ['nn.Transformer*', 'aten::_transformer_encoder_layer_fwd*'], "PyTorch's own Transformer layers (torch.nn.TransformerEncoderLayer and its relatives)"),
@@ -40,6 +50,41 @@ def group(name):
 def cause(mistake_id):
     """The grader's likely-cause sentence for one known mistake."""
     return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
 
 
 class TorchCalls(TorchFunctionMode):

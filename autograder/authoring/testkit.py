@@ -31,6 +31,20 @@ def cited_causes(course: Course, m: Milestone) -> list[str]:
     return sorted({c for p in folder.glob("test_*.py") for c in _CITED.findall(p.read_text())})
 
 
+def tests_of_groups(course: Course, m: Milestone) -> dict[str, list[str]]:
+    """group -> the public test functions whose messages name it (group("...") in their body)."""
+    import ast
+    out: dict[str, list[str]] = {}
+    for path in sorted((course.root / "solutions" / m.folder).glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                for sub in ast.walk(node):
+                    if (isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "group" and sub.args
+                            and isinstance(sub.args[0], ast.Constant) and node.name not in out.get(sub.args[0].value, [])):
+                        out.setdefault(sub.args[0].value, []).append(node.name)
+    return out
+
+
 def catalogue_texts(m: Milestone) -> dict[str, str]:
     checks = importlib.import_module(f"autograder.milestones.{m.id}.checks")
     return {mid: mistake.text for mid, mistake in checks.CATALOGUE.mistakes().items()}
@@ -47,6 +61,10 @@ def render(course: Course, m: Milestone) -> str:
     if missing:
         raise ValueError(f"solutions/{m.folder}: the public tests cite cause(s) {missing} that the {m.id} "
                          f"grader's catalogue does not have")
+    tested = tests_of_groups(course, m)
+    unknown = sorted(set(tested) - set(m.checks))
+    if unknown:
+        raise ValueError(f"solutions/{m.folder}: the public tests name groups {unknown} that {m.id} does not have")
     lines = [
         f'"""Helpers of the public tests of milestone {m.id[1:]}: the words they share with the hidden grader.',
         "",
@@ -66,6 +84,11 @@ def render(course: Course, m: Milestone) -> str:
         *[f"    {c!r}: {texts[c]!r}," for c in cited],
         "}",
         "",
+        "# the public tests whose failure messages name each group (what check(group) runs)",
+        "TESTS_OF_GROUP = {",
+        *[f"    {g!r}: {tested[g]!r}," for g in m.checks if g in tested],
+        "}",
+        "",
         "FORBIDDEN = [",
         *[f"    ({f.where!r}, {list(f.names)!r}, {f.plain!r})," for f in m.forbidden],
         "]",
@@ -79,6 +102,41 @@ def render(course: Course, m: Milestone) -> str:
         "def cause(mistake_id):",
         '    """The grader\'s likely-cause sentence for one known mistake."""',
         "    return \"Likely cause: \" + CAUSES[mistake_id]",
+        "",
+        "",
+        "def check(group_name):",
+        '    """Run the public tests of one hidden check group on the files of this folder (the notebook\'s',
+        '    Autograded cells call this) and print: passed, or the first failure\'s message."""',
+        "    import os",
+        "    import pytest",
+        "",
+        "    class _Collect:",
+        "        def __init__(self):",
+        "            self.passed, self.failed = 0, []",
+        "",
+        "        def pytest_runtest_logreport(self, report):",
+        "            if report.failed:",
+        "                self.failed.append(report)",
+        "            elif report.when == 'call' and report.passed:",
+        "                self.passed += 1",
+        "",
+        "    names = TESTS_OF_GROUP.get(group_name, [])",
+        "    print(f\"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): \", end='')",
+        "    if not names:",
+        "        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')",
+        "    else:",
+        "        folder = os.path.dirname(os.path.abspath(__file__))",
+        "        collect = _Collect()",
+        "        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',",
+        "                     '-k', ' or '.join(names), folder], plugins=[collect])",
+        "        if collect.failed:",
+        "            text = str(collect.failed[0].longrepr)",
+        "            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])",
+        "            print(f'FAILED {collect.failed[0].nodeid}:', first)",
+        "        else:",
+        "            print(f'{collect.passed} passed.')",
+        "    print('The hidden checks decide the points for this group when your work is graded: they test more than the',",
+        "          'public tests do, so a pass here is a good sign, not a promise.')",
         "",
         "",
         "class TorchCalls(TorchFunctionMode):",
