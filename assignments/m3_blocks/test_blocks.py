@@ -1,9 +1,12 @@
-"""Public tests for milestone 3. Run `pytest -q` in this folder.
+"""Public tests for milestone 3. Run `pytest -q` in this folder (about 3.0 s cold on 2 cores
+with nothing else running; several times that while other jobs share the machine).
 
-A useful subset of the grader's checks: LayerNorm and FeedForward against their definitions, the
-ValueError, and both layers (post-LN and pre-LN) against torch.nn.TransformerEncoderLayer /
-TransformerDecoderLayer given the same weights. The hidden checks go further (dropout placement in
-training mode, float32, gradients, more masks, forbidden APIs, ...).
+A quick subset of the grader's checks: LayerNorm and FeedForward against their definitions, the
+ValueError, both layers (post-LN and pre-LN) against torch.nn.TransformerEncoderLayer /
+TransformerDecoderLayer given the same weights (with and without masks), where dropout acts in
+training mode (each sub-layer swapped for a constant so the dropped values can be read off), gradients,
+loops (torch calls counted at two batch sizes) and the forbidden functions. A failing test names the
+hidden check group that would lose points (testkit.py). The hidden checks go further.
 """
 import pytest
 import torch
@@ -11,8 +14,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from blocks import DecoderLayer, EncoderLayer, FeedForward, LayerNorm
+from testkit import FORBIDDEN, TorchCalls, cause, group
 
 torch.manual_seed(0)
+torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 D, H, D_FF = 8, 2, 16
 
 
@@ -138,7 +143,7 @@ def test_decoder_layer_matches_pytorch(norm_first):
     tgt_keep = torch.tensor([[1] * 4, [1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)              # [B, Lt]
     causal = torch.ones(Lt, Lt, dtype=torch.bool).tril()
     tgt_mask = causal & tgt_keep[:, None, :]                               # [B, Lt, Lt]
-    got = mine(x, memory, src_mask=src_keep[:, None, :], tgt_mask=tgt_mask)
+    got = mine(x, memory, src_keep[:, None, :], tgt_mask)                 # positional: (x, memory, src_mask, tgt_mask)
     want = theirs(x, memory, tgt_mask=~causal, tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~src_keep)
     assert got.shape == (B, Lt, D), f"DecoderLayer should give [B, Lt, d_model] = ({B}, {Lt}, {D}), got {tuple(got.shape)}"
     assert _close(got, want), (
@@ -176,3 +181,170 @@ def test_submodule_names():
     assert isinstance(dec.feed_forward, FeedForward) and isinstance(dec.norm3, LayerNorm), (
         "feed_forward should be a FeedForward and norm1..norm3 LayerNorms (the ones of blocks.py)")
     assert dec.self_attn is not dec.cross_attn, "self_attn and cross_attn must be two separate modules"
+
+
+@pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_layers_without_masks_match_pytorch(decoder, norm_first):
+    """mask None means no mask at all: nothing causal is added, nothing is padded."""
+    cls = DecoderLayer if decoder else EncoderLayer
+    mine = cls(D, H, D_FF, norm_first=norm_first).double()
+    _randomise_norms(mine)
+    args = (D, H, D_FF)
+    kw = dict(dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64)
+    theirs = nn.TransformerDecoderLayer(*args, **kw) if decoder else nn.TransformerEncoderLayer(*args, **kw)
+    _copy_attention(mine.self_attn, theirs.self_attn)
+    if decoder:
+        _copy_attention(mine.cross_attn, theirs.multihead_attn)
+    _copy_linear_and_norm(mine, theirs, ["norm1", "norm2", "norm3"] if decoder else ["norm1", "norm2"])
+    x = torch.randn(2, 4, D, dtype=torch.float64)
+    memory = torch.randn(2, 3, D, dtype=torch.float64)
+    got = mine(x, memory) if decoder else mine(x)
+    want = theirs(x, memory) if decoder else theirs(x)
+    assert _close(got, want), (
+        f"{cls.__name__} called without masks differs from PyTorch's layer without masks: a mask that is None means "
+        "no mask at all (nothing causal is added for you)" + (f". {cause('tgt_mask_added')}" if decoder else "")
+        + f" [{group('decoder_layer' if decoder else 'encoder_layer')}]")
+
+
+# ----------------------------------------------------------------------- dropout (training mode)
+
+class _Const(nn.Module):
+    """Stands in for a sub-layer: returns `value` everywhere, whatever it is given."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def forward(self, x, *args, **kwargs):
+        return torch.full_like(x, self.value)
+
+
+@pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_residual_dropout_on_each_sublayer_output(decoder, norm_first):
+    """Sub-layers replaced by constants 1, 2, 4 and the norms by identities: then, in training mode with
+    dropout 0.5, out - x = 2 * (the sum of the kept constants), and each is kept about half the time."""
+    torch.manual_seed(1)
+    cls = DecoderLayer if decoder else EncoderLayer
+    layer = cls(D, H, D_FF, dropout=0.5, norm_first=norm_first).double().train()
+    names = ["self_attn", "cross_attn", "feed_forward"] if decoder else ["self_attn", "feed_forward"]
+    for i, name in enumerate(names):
+        setattr(layer, name, _Const(float(2 ** i)))
+    for n in range(1, len(names) + 1):
+        setattr(layer, f"norm{n}", nn.Identity())
+    x = torch.randn(4, 50, D, dtype=torch.float64)
+    memory = torch.randn(4, 7, D, dtype=torch.float64)
+    out = layer(x, memory) if decoder else layer(x)
+    kept = (out - x) / 2                                                  # sum of kept constants, if all is right
+    where = f"{cls.__name__}(dropout=0.5, norm_first={norm_first}) in training mode"
+    rounded = kept.round()
+    assert torch.allclose(kept, rounded, atol=1e-9) and rounded.min() >= 0 and rounded.max() <= 2 ** len(names) - 1, (
+        f"{where}: with every sub-layer returning a constant and the norms set to identities, out - x should be "
+        "the kept sub-layer outputs, each scaled by 1/(1 - p). It is not, so dropout acts on the residual sum "
+        "(x + sublayer(x)) or on the stream itself; it belongs on each sub-layer's output before the residual add: "
+        f"x + drop(sublayer(...)) [{group('dropout')}]")
+    bits = rounded.long()
+    for i, name in enumerate(names):
+        share = ((bits >> i) & 1).double().mean().item()
+        assert 0.35 < share < 0.65, (
+            f"{where}: the output of {name} is kept in {share:.0%} of the positions, not about half: "
+            + ("it reaches the residual without dropout. Apply drop(...) to each sub-layer's output before the "
+               "residual add" if share >= 0.65 else "it is dropped too often")
+            + f" [{group('dropout')}]")
+    layer.eval()
+    out = layer(x, memory) if decoder else layer(x)
+    assert torch.allclose(out - x, torch.full_like(x, 2 ** len(names) - 1.0)), (
+        f"{cls.__name__} in eval mode still drops sub-layer outputs: dropout acts in training mode only "
+        f"(nn.Dropout, or F.dropout(..., training=self.training)) [{group('behaviour')}]")
+
+
+@pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
+def test_layer_dropout_reaches_attention(decoder):
+    cls = DecoderLayer if decoder else EncoderLayer
+    torch.manual_seed(2)
+    layer = cls(D, H, D_FF, dropout=0.5).train()
+    x, memory = torch.randn(2, 6, D), torch.randn(2, 6, D)
+    layer(x, memory) if decoder else layer(x)
+    for name in (["self_attn", "cross_attn"] if decoder else ["self_attn"]):
+        w = getattr(layer, name).attn_weights
+        assert w is not None and (w == 0).float().mean() > 0.2, (
+            f"{cls.__name__}(dropout=0.5) in training mode: the attention weights of {name} are never dropped, so "
+            f"{name} was built without the layer's dropout: MultiHeadAttention(d_model, num_heads, dropout) "
+            f"[{group('dropout')}]")
+
+
+def test_feedforward_dropout_on_hidden_activations():
+    torch.manual_seed(3)
+    W = 64                                                                # d_ff = d_model, so linear2 can be the identity
+    ff = FeedForward(W, W, dropout=0.5, activation="gelu").double().train()
+    x = torch.randn(4, 10, W, dtype=torch.float64)
+    with torch.no_grad():
+        ff.linear2.weight.zero_()
+        ff.linear2.bias.fill_(1.0)
+    assert torch.equal(ff(x), torch.ones(4, 10, W, dtype=torch.float64)), (
+        "FeedForward(dropout=0.5) in training mode drops values after linear2 (with linear2's weights zero and bias "
+        "one the output should be all ones): the dropout belongs on the hidden activations, between the activation "
+        f"and linear2 [{group('feed_forward')}]")
+    with torch.no_grad():                                                 # now the output is drop(gelu(linear1(x)))
+        ff.linear2.weight.copy_(torch.eye(W))
+        ff.linear2.bias.zero_()
+    h = F.gelu(ff.linear1(x))
+    out = ff(x)
+    kept = out != 0
+    assert 0.35 < kept.double().mean() < 0.65, (
+        "FeedForward(dropout=0.5) in training mode does not drop about half of its hidden activations "
+        f"(kept {kept.double().mean():.0%}): linear2(dropout(activation(linear1(x)))) [{group('feed_forward')}]")
+    assert torch.allclose(out[kept], 2 * h[kept], atol=1e-12), (
+        "FeedForward(dropout=0.5, activation='gelu') in training mode: the kept hidden values are not "
+        "gelu(linear1(x)) / (1 - p); the dropout goes after the activation, not before it "
+        f"[{group('feed_forward')}]")
+
+
+# --------------------------------------------------------------------- gradients, loops, APIs
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_gradients_reach_everything(norm_first):
+    layer = DecoderLayer(D, H, D_FF, norm_first=norm_first).double()
+    theirs = nn.TransformerDecoderLayer(D, H, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                        dtype=torch.float64)
+    _copy_attention(layer.self_attn, theirs.self_attn)
+    _copy_attention(layer.cross_attn, theirs.multihead_attn)
+    _copy_linear_and_norm(layer, theirs, ["norm1", "norm2", "norm3"])
+    x = torch.randn(2, 4, D, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 3, D, dtype=torch.float64, requires_grad=True)
+    x2, memory2 = x.detach().clone().requires_grad_(), memory.detach().clone().requires_grad_()
+    g = torch.randn(2, 4, D, dtype=torch.float64)
+    layer(x, memory).backward(g)
+    theirs(x2, memory2).backward(g)
+    for name, a, b in (("x", x.grad, x2.grad), ("memory", memory.grad, memory2.grad),
+                       ("linear1.weight", layer.feed_forward.linear1.weight.grad, theirs.linear1.weight.grad),
+                       ("norm1.weight", layer.norm1.weight.grad, theirs.norm1.weight.grad)):
+        assert a is not None and _close(a, b), (
+            f"DecoderLayer (norm_first={norm_first}): the gradient of {name} differs from nn.TransformerDecoderLayer's"
+            f"{' (none reached it)' if a is None else ''}: is something detached, e.g. the residual path x? "
+            f"[{group('gradients')}]")
+
+
+def test_no_loop_over_the_batch():
+    layer = EncoderLayer(D, H, D_FF).eval()
+    counts = []
+    for B in (2, 5):
+        with TorchCalls() as calls:
+            layer(torch.randn(B, 6, D))
+        counts.append(calls.count)
+    assert counts[0] == counts[1], (
+        f"EncoderLayer makes {counts[0]} torch calls for a batch of 2 and {counts[1]} for 5: a count that grows "
+        f"with the batch means a Python loop over the batch items [{group('vectorization')}]")
+
+
+def test_no_forbidden_functions():
+    import fnmatch
+    layer = DecoderLayer(D, H, D_FF).train()
+    with TorchCalls() as calls:
+        layer(torch.randn(2, 4, D), torch.randn(2, 3, D))
+        LayerNorm(D)(torch.randn(3, D))
+    for _, patterns, plain in FORBIDDEN:
+        used = sorted({n for n in calls.names for p in patterns if not p.startswith("aten::")
+                       and fnmatch.fnmatchcase(n, p)})
+        assert not used, f"blocks.py calls {', '.join(used)}: do not use {plain} [{group('from_scratch')}]"

@@ -116,10 +116,12 @@ def _cell(cell_type: str, cid: str, source: str, metadata: dict | None = None) -
 
 def autograded_source(m: Milestone, group: str, visible: str) -> str:
     points = m.checks[group]
-    head = (f"# Autograded: check group `{group}` ({points} point{'s' if points != 1 else ''}). When your work is "
-            f"graded, the course's hidden checks\n# for this group run on your {', '.join(m.files)} (outside this "
-            f"notebook) and this cell shows the result.")
-    return "\n".join(part for part in (head, visible) if part)
+    head = (f"# Autograded: check group `{group}` ({points} point{'s' if points != 1 else ''}). Run now, this cell "
+            f"runs the public tests of this group\n# on your {', '.join(m.files)}. When your work is graded, the "
+            f"course's hidden checks for this group run instead\n# (outside this notebook): they decide the points, "
+            f"and this cell then shows their result.")
+    run = f"import testkit\ntestkit.check({group!r})"
+    return "\n".join(part for part in (head, visible, run) if part)
 
 
 def render(course: Course, m: Milestone) -> str:

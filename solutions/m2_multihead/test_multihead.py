@@ -10,6 +10,7 @@ from torch import nn
 from multihead import MultiHeadAttention, merge_heads, split_heads
 
 torch.manual_seed(0)
+torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 
 
 def test_split_heads_layout():
@@ -63,14 +64,15 @@ def test_matches_pytorch_with_padding_mask(batch):
         got = mine(x, x, x, mask)
     except RuntimeError as e:
         pytest.fail(f"a padding mask [B, 1, L] made forward raise {e!r}. Does the mask get a head dimension "
-                    f"(mask.unsqueeze(1) -> [B, 1, 1, L]) before it meets the scores [B, H, L, L]?")
+                    f"(mask.unsqueeze(-3) -> [B, 1, 1, L]) before it meets the scores [B, H, L, L]?")
     want, _ = ref(x, x, x, key_padding_mask=~keep)                 # PyTorch's: True = blocked
     if batch == h:   # the same mask without a head dimension: item b's padding lands on head b of every item
         no_head = (~keep)[None, :, None, :].expand(batch, h, 5, 5).reshape(batch * h, 5, 5)
         wrong, _ = ref(x, x, x, attn_mask=no_head)
         assert not torch.allclose(got, wrong), (
             "your output is what a mask without a head dimension gives: with B == H it lines the batch up with "
-            "the heads instead of failing. Give a [B, 1, L] or [B, L, L] mask a head dimension: mask.unsqueeze(1).")
+            "the heads instead of failing. Give a [B, 1, L] or [B, L, L] mask a head dimension: mask.unsqueeze(-3) "
+            "(which also leaves a 2-D [Lq, Lk] mask such as a causal one right; unsqueeze(1) would not).")
     assert torch.allclose(got, want), "output differs from nn.MultiheadAttention given the same weights and mask"
 
 
@@ -88,3 +90,19 @@ def test_dropout_only_in_training():
     assert (mha.attn_weights == 0).any(), (
         "in training mode some attention weights should be 0: dropout acts on the attention weights "
         "(pass dropout_p to scaled_dot_product_attention) and self.attn_weights keeps the weights used")
+
+
+@pytest.mark.parametrize("shape", ["[L, L]", "[B, L, L]"])
+def test_matches_pytorch_with_a_causal_mask(shape):
+    """A 2-D causal mask [L, L] broadcasts over batch and heads as it is; a [B, L, L] one needs a head dimension."""
+    d, h, L = 8, 2, 5
+    mine = MultiHeadAttention(d, h).double().eval()
+    ref = _pytorch_copy(mine, d, h)
+    x = torch.randn(3, L, d, dtype=torch.float64)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    mask = causal if shape == "[L, L]" else causal.expand(3, L, L)
+    got = mine(x, x, x, mask)
+    want, _ = ref(x, x, x, attn_mask=~causal)
+    assert torch.allclose(got, want), (
+        f"with a causal mask of shape {shape} the output differs from nn.MultiheadAttention: give a mask its head "
+        "dimension with mask.unsqueeze(-3) (a 2-D mask then stays [1, L, L]; unsqueeze(1) would make it [L, 1, L])")

@@ -242,7 +242,8 @@ def evaluate(model, batches, pad_id):
     Returns:
         a Python float: (sum over every batch and every non-pad target token of -log p(target))
         divided by the number of such tokens. (Not the mean of per-batch means: batches with more
-        tokens weigh more.)
+        tokens weigh more.) A batch without any non-pad target token adds nothing; when no batch
+        has one (or `batches` is empty) the result is float('nan'), never a ZeroDivisionError.
 
     Runs in eval mode (no dropout) without gradients (torch.no_grad()), and leaves the model in
     the mode it was in (train or eval) when called.

@@ -16,8 +16,10 @@ Common rules for every function here:
 - src [B, Ls] int64, src_mask bool [B, 1, Ls] (True = real token). Work on the whole batch at
   once: a Python loop over time steps is expected, a loop over the B batch items is not (the
   grader counts tensor operations for two batch sizes).
-- Every step's logits come from model.generator, called once per step on the rows being decoded
-  (the grader watches the steps there: no extra steps once every sequence has ended).
+- Every step's logits come from model.generator, called once per step (the grader watches the
+  steps there: no extra steps once every sequence has ended). Either all B rows (B * beam_size in
+  beam_search) or only the unfinished ones may go through it: both are accepted, as long as the
+  finished rows end up with pad_id.
 - The result `tokens` is int64 [B, T] on src's device: column 0 is bos_id; after a sequence's
   eos_id every later position is pad_id; T <= max_len + 1 (at most max_len generated tokens);
   generation stops early, as soon as every sequence has produced eos_id. Trailing columns that are
@@ -203,8 +205,8 @@ def beam_search(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size
 
     Returns:
         (tokens [B, T] int64, scores [B]): tokens as in greedy_decode (bos_id first, pad_id after
-        eos_id, T <= max_len + 1); scores are the winners' normalised scores, in the model's
-        floating dtype. With beam_size=1 the tokens are greedy_decode's tokens. An item's result
+        eos_id, T <= max_len + 1); scores are the winners' normalised scores, in the dtype of the
+        generator's logits (the model's parameters: float64 for a model.double(), else float32). With beam_size=1 the tokens are greedy_decode's tokens. An item's result
         does not depend on the other items of the batch.
     """
     ### BEGIN SOLUTION
@@ -343,7 +345,9 @@ def greedy_decode_cached(model, src, src_mask, max_len, bos_id, eos_id, pad_id):
     on the newest position only ([B, 1, d_model]: its token embedding plus the positional encoding
     row of its position, model.pos_encoding.pe[t]), layer by layer: self-attention projects the
     new position's keys and values, appends them to the cache and attends over all cached
-    positions; cross-attention uses the cached memory keys and values. After the last layer comes
+    positions; cross-attention uses the cached memory keys and values, masked with src_mask given
+    a head dimension, [B, 1, 1, Ls] (src_mask.unsqueeze(1): _attend's mask must broadcast to
+    [B, H, 1, Ls]). After the last layer comes
     the decoder's final norm (when there is one), then model.generator gives the logits whose
     argmax is the next token.
 

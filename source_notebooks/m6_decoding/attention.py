@@ -52,7 +52,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
         dropout_p: probability of dropping each attention weight (0.0: no dropout; callers pass 0.0
                    when not training). Dropped weights become 0 and the kept ones are divided by
                    (1 - dropout_p), as torch.nn.functional.dropout does, so the expected output is
-                   unchanged.
+                   unchanged. You may call torch.nn.functional.dropout(weights, p=dropout_p) for
+                   this (only softmax must be written by hand), or write the mask yourself.
 
     Returns:
         (output, weights):

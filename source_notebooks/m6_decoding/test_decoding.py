@@ -1,10 +1,14 @@
-"""Public tests for milestone 6. Run `pytest -q` in this folder (about 10 seconds: two tiny models are
-trained to copy first, so the decoders have something sensible to decode).
+"""Public tests for milestone 6. Run `pytest -q` in this folder (about 4.0 s cold on 2 cores
+with nothing else running; several times that while other jobs share the machine). The models here
+are small and built deterministically (no training): what matters is that their outputs vary with the
+source.
 
-A useful subset of the grader's checks: greedy decoding against a plain loop, the output format,
-the KV cache giving greedy's tokens, sampling filters and seeding, and beam search against an
-exhaustive search on a tiny vocabulary. The hidden checks go further (pre-LN caches, work per
-cached step, one multinomial call per step, batch invariance, modes, no loops over the batch, ...).
+A quick subset of the grader's checks: greedy decoding against a plain loop, the output format, the
+steps seen at model.generator (no extra step once every sequence has ended), the KV cache giving
+greedy's tokens with work per step that does not grow with the prefix and memory projected once,
+sampling filters, seeding and one torch.multinomial call per step over every row, and beam search
+against an exhaustive search on a tiny vocabulary. A failing test names the hidden check group that
+would lose points (testkit.py). The hidden checks go further (logits per step, batch invariance, ...).
 """
 import math
 
@@ -15,42 +19,36 @@ import torch.nn.functional as F
 from attention import causal_mask
 from decoding import beam_search, greedy_decode, greedy_decode_cached, sample_decode
 from model import Transformer
+from testkit import group
 
 PAD, BOS, EOS, V = 0, 1, 2, 10
 
+torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 
-def _train_copy_model(norm_first):
-    """A small 2-layer Transformer trained for a few seconds to copy 1..6 tokens (ids 3..9). Its copies
-    are imperfect, which is fine: what matters is that its outputs vary with the source."""
-    torch.manual_seed(0)
+
+def _source_model(norm_first):
+    """A small 2-layer Transformer built deterministically (no training): generator weights scaled up so
+    that its predictions depend clearly on the source, and eos made likely enough that every sequence of
+    SRC ends within 10 steps. Left in train mode on purpose (dropout 0.1): decoding must switch to eval."""
+    torch.manual_seed(11)
     model = Transformer(V, V, d_model=32, num_heads=2, num_layers=2, d_ff=64, dropout=0.1, max_len=32,
                         norm_first=norm_first)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(120):
-        lengths = torch.randint(1, 7, (32,), generator=gen)
-        src = torch.randint(3, V, (32, 6), generator=gen)
-        src = src.masked_fill(torch.arange(6)[None, :] >= lengths[:, None], PAD)
-        tgt_in = torch.cat([torch.full((32, 1), BOS), src], dim=1)
-        tgt_out = torch.cat([src, torch.full((32, 1), PAD)], dim=1)
-        tgt_out[torch.arange(32), lengths] = EOS
-        tgt_mask = causal_mask(7) & (tgt_in != PAD)[:, None, :]
-        logits = model(src, tgt_in, (src != PAD)[:, None, :], tgt_mask)
-        loss = F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=PAD)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.train()                                   # left in train mode on purpose (dropout 0.1)
+    with torch.no_grad():
+        model.generator.weight.mul_(3.0)
+        model.generator.bias[EOS] = 1.5
+        model.generator.bias[BOS] = -1e4
+        model.generator.bias[PAD] = -1e4
+    return model.train()
 
 
 @pytest.fixture(scope="module")
 def copy_model():
-    return _train_copy_model(norm_first=False)
+    return _source_model(norm_first=False)
 
 
 @pytest.fixture(scope="module")
 def copy_model_pre_ln():
-    return _train_copy_model(norm_first=True)
+    return _source_model(norm_first=True)
 
 
 @pytest.fixture(params=["post-LN", "pre-LN"])
@@ -119,7 +117,9 @@ def test_greedy_matches_plain_loop_and_restores_mode(any_copy_model):
     assert torch.equal(_strip(got), _strip(want)), (
         f"greedy_decode should give {want.tolist()}, got {got.tolist()} (eval mode; decode the whole prefix "
         "with the causal mask; pad after eos)")
-    assert got.size(1) < 11, "every sequence ended with eos, so the loop should stop early (T < max_len + 1)"
+    if all(EOS in row for row in want.tolist()):
+        assert got.size(1) < 11, (
+            f"every sequence ended with eos, so the loop should stop early (T < max_len + 1) [{group('greedy')}]")
 
 
 def test_greedy_stops_at_max_len():
@@ -262,7 +262,7 @@ def test_wide_beam_finds_the_exhaustive_best(seed, alpha):
         f"expected [B, T] = [1, >= {len(want_tokens)}] tokens, got {tuple(tokens.shape)}")
     got = tokens[0].tolist()
     want_row = want_tokens + [PAD] * (len(got) - len(want_tokens))
-    assert math.isclose(scores[0].item(), want_score, rel_tol=1e-9, abs_tol=1e-12), (
+    assert math.isclose(scores[0].item(), want_score, rel_tol=1e-6, abs_tol=1e-9), (
         f"a beam wide enough to keep every hypothesis (V=6, max_len=3) must find the best normalised score "
         f"sum_logprob / ((5 + n) / 6) ** {alpha} = {want_score:.6f} ({want_tokens}), got {scores[0].item():.6f} ({got})")
     assert got == want_row, f"expected the tokens {want_row}, got {got}"
@@ -277,3 +277,140 @@ def test_beam_item_alone_or_in_a_batch(copy_model):
             f"item {i} should get the same tokens alone as in the batch: {_strip(alone)[0].tolist()} vs "
             f"{_strip(tokens[i:i + 1])[0].tolist()}")
         assert torch.allclose(alone_score, scores[i:i + 1]), f"item {i} should get the same score alone as in the batch"
+
+
+# ------------------------------------------------------------------ what the grader observes
+
+class _Watch(torch.overrides.TorchFunctionMode):
+    """Records (name, shapes of the tensor arguments) of every torch function called inside it."""
+
+    def __enter__(self):
+        self.calls = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        shapes = [tuple(a.shape) for a in list(args) + list((kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+        self.calls.append((getattr(func, "__name__", str(func)), shapes))
+        return func(*args, **(kwargs or {}))
+
+
+class _CountingGenerator(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.rows = []
+
+    def forward(self, h):
+        self.rows.append(h.reshape(-1, h.size(-1)).size(0))
+        return self.inner(h)
+
+
+@pytest.mark.parametrize("name", ["greedy_decode", "greedy_decode_cached", "sample_decode"])
+def test_one_generator_call_per_step_and_no_extra_steps(name, copy_model):
+    fn = {"greedy_decode": greedy_decode, "greedy_decode_cached": greedy_decode_cached,
+          "sample_decode": sample_decode}[name]
+    model = copy_model
+    inner = model.generator
+    model.generator = _CountingGenerator(inner)
+    try:
+        kw = {"generator": torch.Generator().manual_seed(0)} if name == "sample_decode" else {}
+        tokens = fn(model, SRC, SRC_MASK, 10, BOS, EOS, PAD, **kw)
+        calls = model.generator.rows
+    finally:
+        model.generator = inner
+    ends = [row.index(EOS) if EOS in row else len(row) - 1 for row in tokens.tolist()]
+    steps = max(ends)
+    assert len(calls) == steps, (
+        f"{name} called model.generator {len(calls)} times for tokens whose last sequence ended at step {steps}: "
+        "one call per step, and no extra step once every sequence has produced eos "
+        f"[{group('greedy' if 'greedy' in name else 'sampling')}]" if name != "greedy_decode_cached" else
+        f"greedy_decode_cached called model.generator {len(calls)} times for {steps} steps: one call per step "
+        f"[{group('kv_cache')}]")
+
+
+def test_sampling_draws_every_row_with_one_multinomial_per_step(copy_model):
+    with _Watch() as watch:
+        tokens = sample_decode(copy_model, SRC, SRC_MASK, 10, BOS, EOS, PAD, temperature=1.3,
+                               generator=torch.Generator().manual_seed(3))
+    draws = [shapes for name, shapes in watch.calls if name == "multinomial"]
+    steps = tokens.size(1) - 1
+    assert len(draws) >= steps - 1 and len(draws) <= steps, (
+        f"sample_decode made {len(draws)} torch.multinomial calls for {steps} steps: exactly one per step for the whole "
+        f"batch [{group('sampling')}]")
+    rows = sorted({shapes[0][0] for shapes in draws if shapes})
+    assert rows == [SRC.size(0)], (
+        f"torch.multinomial got probabilities for {rows} rows; every step draws for every row of the batch "
+        f"(B = {SRC.size(0)}, finished rows too: their draw is then replaced by pad_id), so that the same seed "
+        f"gives the same tokens [{group('sampling')}]")
+
+
+def _no_eos(model):
+    with torch.no_grad():
+        model.generator.bias[EOS] = -1e4
+    return model
+
+
+def test_cached_step_work_does_not_grow_and_memory_is_projected_once():
+    from torch.utils.flop_counter import FlopCounterMode
+    model = _no_eos(_random_model(norm_first=True)).float().eval()
+    src = torch.tensor([[3, 4, 5, 6, 7, 8, 9], [9, 8, 7, 0, 0, 0, 0], [3, 3, 3, 3, 0, 0, 0]])   # Ls = 7
+    src_mask = (src != PAD)[:, None, :]
+    flops, memory_shaped = {}, {}
+    for n in (2, 3, 5, 6):
+        with FlopCounterMode(display=False) as counter, _Watch() as watch:
+            greedy_decode_cached(model, src, src_mask, n, BOS, EOS, PAD)
+        flops[n] = counter.get_total_flops()
+        memory_shaped[n] = sum(1 for _, shapes in watch.calls if any(sh[-2:] == (7, 16) for sh in shapes if len(sh) >= 2))
+    early, late = flops[3] - flops[2], flops[6] - flops[5]
+    assert late < 1.3 * early, (
+        f"greedy_decode_cached: step 3 costs {early:,} matmul FLOPs, step 6 {late:,}: the work of a cached step should "
+        "be that of the newest position alone (projections, attention over the cached positions and memory, "
+        f"feed-forward, generator), not the whole prefix again [{group('kv_cache')}]")
+    assert memory_shaped[2] == memory_shaped[5], (
+        f"greedy_decode_cached works on memory-shaped tensors [B, Ls, d_model] {memory_shaped[2]} times for 2 steps and "
+        f"{memory_shaped[5]} times for 5: project memory's cross-attention keys and values once, before the first step "
+        f"[{group('kv_cache')}]")
+
+
+def test_beam_length_penalty_only_at_the_end():
+    """A beam of 2 on a tiny vocabulary: the kept hypotheses are chosen by their summed log-probability at every
+    step; the length penalty only ranks the finished results. Expected: the exhaustive best among the hypotheses a
+    beam of 2 keeps when it ranks by the raw sum (computed here by brute force over every prefix)."""
+    torch.manual_seed(5)
+    model = Transformer(6, 6, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.0).double()
+    with torch.no_grad():
+        model.generator.weight.mul_(3.0)
+        model.generator.bias.copy_(torch.tensor([-1e9, -1e9, 0.5, 0.0, 0.0, 0.0]))
+    src, src_mask = torch.tensor([[3, 4, 5]]), torch.ones(1, 1, 3, dtype=torch.bool)
+    alpha, max_len, k = 2.0, 3, 2
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+
+        def logp(prefix):
+            out = model.decode(torch.tensor([prefix]), memory, src_mask, causal_mask(len(prefix)))
+            return torch.log_softmax(model.generator(out[:, -1]), dim=-1)[0]
+
+        beams = [([BOS], 0.0, False)]
+        for _ in range(max_len):
+            cands = []
+            for prefix, total, done in beams:
+                if done:
+                    cands.append((prefix + [PAD], total, True))
+                    continue
+                lp = logp(prefix)
+                cands += [(prefix + [t], total + lp[t].item(), t == EOS) for t in range(6)]
+            beams = sorted(cands, key=lambda c: -c[1])[:k]
+            if all(d for _, _, d in beams):
+                break
+
+    def norm(prefix, total, done):
+        n = prefix.index(EOS) if done else max_len
+        return total / ((5 + n) / 6) ** alpha
+
+    want = max(beams, key=lambda b: norm(*b))
+    tokens, scores = beam_search(model, src, src_mask, max_len, BOS, EOS, PAD, beam_size=k, length_penalty=alpha)
+    assert math.isclose(scores[0].item(), norm(*want), rel_tol=1e-6), (
+        f"beam_search(beam_size=2, length_penalty={alpha}) should return the score {norm(*want):.6f} "
+        f"({want[0]}), got {scores[0].item():.6f} ({tokens[0].tolist()}): keep the beam_size candidates with the "
+        "largest summed log-probability at every step; the length penalty ranks only the final hypotheses "
+        f"[{group('beam')}]")

@@ -1,0 +1,103 @@
+"""Helpers of the public tests of milestone 3: the words they share with the hidden grader.
+
+Generated from the course's sources (your edits here would be overwritten by the next release).
+GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
+sentence for each likely mistake the public tests recognise: the same words your report shows.
+"""
+from torch.overrides import TorchFunctionMode
+
+MEASURED_SECONDS = 3.0   # cold `pytest -q` here, reference files, 2 cores, nothing else running
+
+GROUPS = {
+    'layer_norm': (3, 'LayerNorm vs torch.nn.LayerNorm: any leading dims, biased variance, eps inside the sqrt (inputs with a large mean and tiny spread), float32 and float64, parameters weight and bias'),
+    'feed_forward': (2, 'linear2(dropout(activation(linear1(x)))) with relu and the exact gelu'),
+    'encoder_layer': (3, 'EncoderLayer vs torch.nn.TransformerEncoderLayer with the same weights: post-LN and pre-LN, relu and gelu, masks, float32'),
+    'decoder_layer': (3, 'DecoderLayer vs torch.nn.TransformerDecoderLayer: causal and padding masks, Ls != Lt, post-LN and pre-LN, float32'),
+    'gradients': (2, "gradients of every parameter and of the inputs (x, memory) match PyTorch's"),
+    'behaviour': (2, 'the decoder never looks ahead under a causal mask, padded source positions change nothing, batch items are independent, eval mode is deterministic'),
+    'dropout': (2, "in training mode: dropout on each sub-layer's output before the residual add (not on the sum) and inside the feed-forward; the layer's dropout reaches its attention"),
+    'structure': (1, 'submodules self_attn, cross_attn, feed_forward, norm1..norm3 of the right kinds; norm_first kept; ValueError naming relu and gelu for any other activation'),
+    'vectorization': (1, 'no Python loops over batch or positions'),
+    'from_scratch': (1, 'none of the forbidden functions below'),
+}
+
+CAUSES = {
+    'tgt_mask_added': 'with tgt_mask=None the self-attention must see every position: a mask that is None means no mask (the caller passes the causal mask; none is added inside the layer).',
+}
+
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+    'feed_forward': ['test_feedforward_dropout_on_hidden_activations'],
+    'gradients': ['test_gradients_reach_everything'],
+    'behaviour': ['test_residual_dropout_on_each_sublayer_output'],
+    'dropout': ['test_residual_dropout_on_each_sublayer_output', 'test_layer_dropout_reaches_attention'],
+    'vectorization': ['test_no_loop_over_the_batch'],
+    'from_scratch': ['test_no_forbidden_functions'],
+}
+
+FORBIDDEN = [
+    ('all', ['layer_norm', 'nn.LayerNorm', 'aten::native_layer_norm*', 'aten::layer_norm*'], "PyTorch's own layer normalisation (torch.nn.LayerNorm, torch.nn.functional.layer_norm)"),
+    ('all', ['nn.Transformer*', 'aten::_transformer_encoder_layer_fwd*'], "PyTorch's own Transformer layers (torch.nn.TransformerEncoderLayer and its relatives)"),
+    ('all', ['scaled_dot_product_attention', 'multi_head_attention_forward', 'nn.MultiheadAttention', 'aten::_scaled_dot_product*', 'aten::scaled_dot_product*', 'aten::_native_multi_head_attention*'], "PyTorch's own attention (torch.nn.MultiheadAttention, F.scaled_dot_product_attention): use the MultiHeadAttention of multihead.py"),
+]
+
+
+def group(name):
+    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+
+
+def cause(mistake_id):
+    """The grader's likely-cause sentence for one known mistake."""
+    return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
+
+
+class TorchCalls(TorchFunctionMode):
+    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self):
+        return len(self.names)

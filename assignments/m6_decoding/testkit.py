@@ -1,0 +1,93 @@
+"""Helpers of the public tests of milestone 6: the words they share with the hidden grader.
+
+Generated from the course's sources (your edits here would be overwritten by the next release).
+GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
+sentence for each likely mistake the public tests recognise: the same words your report shows.
+"""
+from torch.overrides import TorchFunctionMode
+
+MEASURED_SECONDS = 4.0   # cold `pytest -q` here, reference files, 2 cores, nothing else running
+
+GROUPS = {
+    'greedy': (4, "greedy_decode's tokens against the judge's own decoding, on scripted models and on small random post-LN and pre-LN Transformers left in train mode: <bos> first, argmax, <pad> after <eos>, the causal mask, stopping once every sequence has ended"),
+    'sampling': (4, "sample_decode: the filtered distribution measured over thousands of draws (temperature, top-k, top-p on what top-k kept, the token that crosses top_p kept); ValueError unless temperature > 0; with a seeded generator, exactly the judge's tokens (one torch.multinomial(probs, 1, generator=generator) per step on all B rows)"),
+    'beam': (5, "beam_search's tokens and scores against the judge's own search: one start hypothesis, finished hypotheses kept at no cost, the GNMT length penalty for the final choice only; beam_size=1 gives greedy's tokens; a beam wider than every hypothesis gives the exhaustive search's winner; batch items independent"),
+    'kv_cache': (4, "greedy_decode_cached gives greedy's tokens and the same logits at model.generator on post-LN and pre-LN models; the matrix-multiply FLOPs of each step stay those of the newest position (no growth with the prefix, no projection of memory after the first step)"),
+    'modes': (1, 'every function that gives the right tokens switches the model to eval mode, runs without gradients and puts back the mode it found'),
+    'batched': (2, 'no Python loop over the batch items: the tensor operations counted for B = 2 and B = 5 are the same (a loop over time steps is expected)'),
+}
+
+CAUSES = {
+}
+
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+    'greedy': ['test_greedy_matches_plain_loop_and_restores_mode'],
+    'sampling': ['test_sampling_draws_every_row_with_one_multinomial_per_step'],
+    'beam': ['test_beam_length_penalty_only_at_the_end'],
+    'kv_cache': ['test_one_generator_call_per_step_and_no_extra_steps', 'test_cached_step_work_does_not_grow_and_memory_is_projected_once'],
+}
+
+FORBIDDEN = [
+]
+
+
+def group(name):
+    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+
+
+def cause(mistake_id):
+    """The grader's likely-cause sentence for one known mistake."""
+    return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
+
+
+class TorchCalls(TorchFunctionMode):
+    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self):
+        return len(self.names)

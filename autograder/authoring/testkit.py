@@ -1,0 +1,158 @@
+"""testkit.py: what the public tests of a folder share with the hidden grader, rendered by `course build`.
+
+One source for every word a public test and the grader both say:
+- GROUPS: each hidden check group of the milestone with its points and one-line description (course.yaml),
+  so a failing public test names the group that would lose points;
+- CAUSES: the likely-cause texts of the grader's mistake catalogue (autograder/milestones/<mid>/checks.py,
+  `CATALOGUE.mistakes()`), only those the milestone's public tests cite as `cause("id")`: the same
+  sentence the student's report would show for that mistake. Texts only: no check code leaves the grader.
+- FORBIDDEN: the forbidden API patterns and their plain words (course.yaml);
+- `TorchCalls`, a context manager that counts the torch functions called inside it (to see a loop: a
+  count that grows with the batch), and `MEASURED_SECONDS`, the cold `pytest -q` time stated in the
+  README and the test file's docstring (measured with autograder/tests/public_catch.py --time).
+"""
+from __future__ import annotations
+
+import importlib
+import re
+
+from autograder.config import Course, Milestone
+
+# Cold `pytest -q` in the built folder with the reference file, median of 3, 2 cores, nothing else running.
+# Re-measure with `python autograder/tests/public_catch.py all --time` after changing the public tests.
+MEASURED_SECONDS = {"m1": 2.0, "m2": 2.5, "m3": 3.0, "m4": 3.5, "m5": 3.5, "m6": 4.0}
+PLACEHOLDER = "@MEASURED_SECONDS@"
+
+_CITED = re.compile(r"""\bcause\(\s*["'](\w+)["']""")
+
+
+def cited_causes(course: Course, m: Milestone) -> list[str]:
+    folder = course.root / "solutions" / m.folder
+    return sorted({c for p in folder.glob("test_*.py") for c in _CITED.findall(p.read_text())})
+
+
+def tests_of_groups(course: Course, m: Milestone) -> dict[str, list[str]]:
+    """group -> the public test functions whose messages name it (group("...") in their body)."""
+    import ast
+    out: dict[str, list[str]] = {}
+    for path in sorted((course.root / "solutions" / m.folder).glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                for sub in ast.walk(node):
+                    if (isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "group" and sub.args
+                            and isinstance(sub.args[0], ast.Constant) and node.name not in out.get(sub.args[0].value, [])):
+                        out.setdefault(sub.args[0].value, []).append(node.name)
+    return out
+
+
+def catalogue_texts(m: Milestone) -> dict[str, str]:
+    checks = importlib.import_module(f"autograder.milestones.{m.id}.checks")
+    return {mid: mistake.text for mid, mistake in checks.CATALOGUE.mistakes().items()}
+
+
+def seconds(m: Milestone) -> str:
+    return f"{MEASURED_SECONDS[m.id]:.1f}"
+
+
+def render(course: Course, m: Milestone) -> str:
+    texts = catalogue_texts(m)
+    cited = cited_causes(course, m)
+    missing = [c for c in cited if c not in texts]
+    if missing:
+        raise ValueError(f"solutions/{m.folder}: the public tests cite cause(s) {missing} that the {m.id} "
+                         f"grader's catalogue does not have")
+    tested = tests_of_groups(course, m)
+    unknown = sorted(set(tested) - set(m.checks))
+    if unknown:
+        raise ValueError(f"solutions/{m.folder}: the public tests name groups {unknown} that {m.id} does not have")
+    lines = [
+        f'"""Helpers of the public tests of milestone {m.id[1:]}: the words they share with the hidden grader.',
+        "",
+        "Generated from the course's sources (your edits here would be overwritten by the next release).",
+        "GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own",
+        "sentence for each likely mistake the public tests recognise: the same words your report shows.",
+        '"""',
+        "from torch.overrides import TorchFunctionMode",
+        "",
+        f"MEASURED_SECONDS = {seconds(m)}   # cold `pytest -q` here, reference files, 2 cores, nothing else running",
+        "",
+        "GROUPS = {",
+        *[f"    {g!r}: ({pts}, {m.about[g]!r})," for g, pts in m.checks.items()],
+        "}",
+        "",
+        "CAUSES = {",
+        *[f"    {c!r}: {texts[c]!r}," for c in cited],
+        "}",
+        "",
+        "# the public tests whose failure messages name each group (what check(group) runs)",
+        "TESTS_OF_GROUP = {",
+        *[f"    {g!r}: {tested[g]!r}," for g in m.checks if g in tested],
+        "}",
+        "",
+        "FORBIDDEN = [",
+        *[f"    ({f.where!r}, {list(f.names)!r}, {f.plain!r})," for f in m.forbidden],
+        "]",
+        "",
+        "",
+        "def group(name):",
+        '    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""',
+        "    return f\"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})\"",
+        "",
+        "",
+        "def cause(mistake_id):",
+        '    """The grader\'s likely-cause sentence for one known mistake."""',
+        "    return \"Likely cause: \" + CAUSES[mistake_id]",
+        "",
+        "",
+        "def check(group_name):",
+        '    """Run the public tests of one hidden check group on the files of this folder (the notebook\'s',
+        '    Autograded cells call this) and print: passed, or the first failure\'s message."""',
+        "    import os",
+        "    import pytest",
+        "",
+        "    class _Collect:",
+        "        def __init__(self):",
+        "            self.passed, self.failed = 0, []",
+        "",
+        "        def pytest_runtest_logreport(self, report):",
+        "            if report.failed:",
+        "                self.failed.append(report)",
+        "            elif report.when == 'call' and report.passed:",
+        "                self.passed += 1",
+        "",
+        "    names = TESTS_OF_GROUP.get(group_name, [])",
+        "    print(f\"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): \", end='')",
+        "    if not names:",
+        "        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')",
+        "    else:",
+        "        folder = os.path.dirname(os.path.abspath(__file__))",
+        "        collect = _Collect()",
+        "        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',",
+        "                     '-k', ' or '.join(names), folder], plugins=[collect])",
+        "        if collect.failed:",
+        "            text = str(collect.failed[0].longrepr)",
+        "            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])",
+        "            print(f'FAILED {collect.failed[0].nodeid}:', first)",
+        "        else:",
+        "            print(f'{collect.passed} passed.')",
+        "    print('The hidden checks decide the points for this group when your work is graded: they test more than the',",
+        "          'public tests do, so a pass here is a good sign, not a promise.')",
+        "",
+        "",
+        "class TorchCalls(TorchFunctionMode):",
+        '    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""',
+        "",
+        "    def __enter__(self):",
+        "        self.names = []",
+        "        return super().__enter__()",
+        "",
+        "    def __torch_function__(self, func, types, args=(), kwargs=None):",
+        "        self.names.append(getattr(func, '__name__', str(func)))",
+        "        return func(*args, **(kwargs or {}))",
+        "",
+        "    @property",
+        "    def count(self):",
+        "        return len(self.names)",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""Helpers of the public tests of milestone 1: the words they share with the hidden grader.
+
+Generated from the course's sources (your edits here would be overwritten by the next release).
+GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
+sentence for each likely mistake the public tests recognise: the same words your report shows.
+"""
+from torch.overrides import TorchFunctionMode
+
+MEASURED_SECONDS = 2.0   # cold `pytest -q` here, reference files, 2 cores, nothing else running
+
+GROUPS = {
+    'softmax': (2, 'softmax values along any dim; a row that is all -inf gives zeros'),
+    'mask_helpers': (2, 'padding_mask and causal_mask: values, shapes, bool dtype, the device argument'),
+    'shapes': (1, 'attention with any number of leading dims, Lq != Lk, d_k != d_v'),
+    'masking': (3, 'padding, causal, combined, per-head masks; masked weights exactly 0; fully masked rows give zeros'),
+    'parity': (3, 'same output and weights as torch.nn.functional.scaled_dot_product_attention, float64 and float32'),
+    'stability': (2, 'no inf or NaN for logits around 1e4 (softmax and attention)'),
+    'gradients': (2, "gradients reach q, k and v and match PyTorch's"),
+    'vectorization': (2, 'no Python loops in softmax or attention'),
+    'from_scratch': (1, 'none of the forbidden functions below'),
+    'dtype_inplace': (1, 'float32 stays float32; inputs are not modified'),
+    'dropout': (1, 'dropout_p drops weights at that rate, rescales the kept ones by 1/(1 - p), and the output uses the dropped weights'),
+}
+
+CAUSES = {
+}
+
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+}
+
+FORBIDDEN = [
+    ('all', ['scaled_dot_product_attention', 'aten::_scaled_dot_product*', 'aten::scaled_dot_product*'], "PyTorch's own attention (torch.nn.functional.scaled_dot_product_attention)"),
+    ('softmax', ['softmax', 'log_softmax', 'softmin', 'aten::*softmax*', 'aten::softmin'], 'torch.softmax, F.softmax, log_softmax or softmin'),
+]
+
+
+def group(name):
+    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+
+
+def cause(mistake_id):
+    """The grader's likely-cause sentence for one known mistake."""
+    return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
+
+
+class TorchCalls(TorchFunctionMode):
+    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self):
+        return len(self.names)

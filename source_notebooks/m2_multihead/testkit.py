@@ -1,0 +1,94 @@
+"""Helpers of the public tests of milestone 2: the words they share with the hidden grader.
+
+Generated from the course's sources (your edits here would be overwritten by the next release).
+GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
+sentence for each likely mistake the public tests recognise: the same words your report shows.
+"""
+from torch.overrides import TorchFunctionMode
+
+MEASURED_SECONDS = 2.5   # cold `pytest -q` here, reference files, 2 cores, nothing else running
+
+GROUPS = {
+    'shapes': (2, 'output [B, Lq, d_model] and attn_weights [B, H, Lq, Lk] for many shapes (right values too); inputs not modified'),
+    'split_merge': (2, 'split_heads and merge_heads: head h holds features h*d_k:(h+1)*d_k; merge inverts split'),
+    'parity': (4, 'same output as torch.nn.MultiheadAttention with the same weights: masks, cross-attention, no bias, float32'),
+    'head_weights': (2, 'self.attn_weights: per-head weights [B, H, Lq, Lk], detached'),
+    'dropout': (2, 'dropout on the attention weights, in training mode only'),
+    'gradients': (2, "gradients of all four projections and of query, key and value match PyTorch's"),
+    'vectorization': (2, 'no Python loops over batch, heads or positions'),
+    'from_scratch': (2, 'none of the forbidden functions below'),
+    'init_errors': (2, 'ValueError, giving both numbers, when num_heads does not divide d_model (and only then); parameters w_q, w_k, w_v, w_o (with or without bias)'),
+}
+
+CAUSES = {
+}
+
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+}
+
+FORBIDDEN = [
+    ('all', ['scaled_dot_product_attention', 'aten::_scaled_dot_product*', 'aten::scaled_dot_product*'], "PyTorch's own attention (torch.nn.functional.scaled_dot_product_attention): use the scaled_dot_product_attention of attention.py"),
+    ('all', ['multi_head_attention_forward', 'nn.MultiheadAttention', 'aten::_native_multi_head_attention*'], "PyTorch's own multi-head attention (torch.nn.MultiheadAttention, F.multi_head_attention_forward)"),
+]
+
+
+def group(name):
+    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+
+
+def cause(mistake_id):
+    """The grader's likely-cause sentence for one known mistake."""
+    return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
+
+
+class TorchCalls(TorchFunctionMode):
+    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self):
+        return len(self.names)

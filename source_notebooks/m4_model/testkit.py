@@ -1,0 +1,104 @@
+"""Helpers of the public tests of milestone 4: the words they share with the hidden grader.
+
+Generated from the course's sources (your edits here would be overwritten by the next release).
+GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
+sentence for each likely mistake the public tests recognise: the same words your report shows.
+"""
+from torch.overrides import TorchFunctionMode
+
+MEASURED_SECONDS = 3.5   # cold `pytest -q` here, reference files, 2 cores, nothing else running
+
+GROUPS = {
+    'positional_table': (3, 'sinusoidal_positional_encoding against the float64 formula (sin on even columns, cos on odd, positions from 0), up to position 5000; default dtype; ValueError for an odd d_model'),
+    'positional_module': (2, 'PositionalEncoding: `pe` is a buffer (not a parameter) that follows .double(); adds pe[:L]; dropout in training only; ValueError naming L and max_len'),
+    'embedding': (1, 'TokenEmbedding: nn.Embedding named `embedding`, scaled by sqrt(d_model)'),
+    'stacks': (3, "Encoder and Decoder vs PyTorch's layers, each layer with its own weights and run in order; a final LayerNorm in pre-LN only; layers in an nn.ModuleList"),
+    'model': (3, "Transformer logits, encode and decode vs a composition of PyTorch's modules: post-LN and pre-LN, padding and causal masks, float32"),
+    'gradients': (2, "gradients of every parameter of the model match PyTorch's"),
+    'size_tying': (2, "the paper's size: Transformer(37000, 37000, tie_embeddings=True) has 63,119,496 parameters; tying shares one Parameter (three tables untied); ValueError for different vocabularies"),
+    'init': (1, 'every parameter with more than one dimension Xavier-uniform; biases and norms at their defaults'),
+    'behaviour': (1, 'causal decoding, padded source tokens change nothing, batch items independent, eval mode deterministic'),
+    'vectorization': (1, 'no Python loops over batch or positions (a loop over layers is expected)'),
+    'from_scratch': (1, 'none of the forbidden modules below'),
+}
+
+CAUSES = {
+}
+
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+    'positional_module': ['test_positional_dropout_in_training_mode_only'],
+    'model': ['test_matches_pytorch_transformer', 'test_model_passes_dropout_everywhere'],
+    'gradients': ['test_gradients_reach_every_parameter'],
+    'size_tying': ['test_parameter_count'],
+    'init': ['test_xavier_initialisation'],
+    'vectorization': ['test_no_pytorch_transformer_modules_or_loops'],
+    'from_scratch': ['test_no_pytorch_transformer_modules_or_loops'],
+}
+
+FORBIDDEN = [
+    ('all', ['nn.Transformer*', 'aten::_transformer_encoder_layer_fwd*'], "PyTorch's own Transformer (torch.nn.Transformer, nn.TransformerEncoder/Decoder and their layers): use the layers of blocks.py"),
+    ('all', ['layer_norm', 'nn.LayerNorm', 'aten::native_layer_norm*', 'aten::layer_norm*'], "PyTorch's own layer normalisation (torch.nn.LayerNorm, F.layer_norm): use the LayerNorm of blocks.py"),
+    ('all', ['scaled_dot_product_attention', 'multi_head_attention_forward', 'nn.MultiheadAttention', 'aten::_scaled_dot_product*', 'aten::scaled_dot_product*', 'aten::_native_multi_head_attention*'], "PyTorch's own attention (torch.nn.MultiheadAttention, F.scaled_dot_product_attention)"),
+]
+
+
+def group(name):
+    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+
+
+def cause(mistake_id):
+    """The grader's likely-cause sentence for one known mistake."""
+    return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
+
+
+class TorchCalls(TorchFunctionMode):
+    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self):
+        return len(self.names)

@@ -1,0 +1,92 @@
+"""Helpers of the public tests of milestone 5: the words they share with the hidden grader.
+
+Generated from the course's sources (your edits here would be overwritten by the next release).
+GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
+sentence for each likely mistake the public tests recognise: the same words your report shows.
+"""
+from torch.overrides import TorchFunctionMode
+
+MEASURED_SECONDS = 3.5   # cold `pytest -q` here, reference files, 2 cores, nothing else running
+
+GROUPS = {
+    'tokenizer': (2, 'ids 0-3 are <pad> <bos> <eos> <unk>, then the sorted characters; encode with <unk> for unknown characters; decode stops at <eos>, skips <pad> and <bos>, writes <unk>'),
+    'batches': (2, 'make_batch: right padding, tgt_in = <bos> + target and tgt_out = target + <eos> (the shift), bool masks [B, 1, Ls] and [B, Lt, Lt] as the docstring defines them'),
+    'loss': (4, 'label_smoothed_cross_entropy equals F.cross_entropy (value and gradient) with and without smoothing and padding, float64 and float32, logits around 1e4'),
+    'schedule': (2, 'noam_lr at step 0, 1, the warm-up peak and far past it; make_optimizer: Adam(lr 1.0, betas (0.9, 0.98), eps 1e-9) and a LambdaLR giving noam_lr(s) after s steps'),
+    'train_step': (4, "one and three steps give exactly the parameters of the judge's own steps (Adam, float64); gradients zeroed first; clipping as clip_grad_norm_; train mode; scheduler stepped after the optimizer; a Python float returned"),
+    'evaluate': (2, "plain cross-entropy per non-pad token over all batches, in eval mode without gradients, the model's mode put back"),
+    'learning': (2, 'your train_step, make_optimizer and loss make a small Transformer overfit a tiny batch'),
+    'from_scratch': (2, 'none of the forbidden functions below in the loss; no Python loop over positions in the loss'),
+}
+
+CAUSES = {
+}
+
+# the public tests whose failure messages name each group (what check(group) runs)
+TESTS_OF_GROUP = {
+}
+
+FORBIDDEN = [
+    ('label_smoothed_cross_entropy', ['cross_entropy', 'nll_loss', 'log_softmax', 'softmax', 'kl_div', 'binary_cross_entropy*', 'aten::*log_softmax*', 'aten::_softmax*', 'aten::softmax*', 'aten::nll_loss*', 'aten::cross_entropy*', 'aten::kl_div*'], "PyTorch's cross-entropy, NLL, softmax, log-softmax or KL functions (torch.*, F.* or tensor methods) inside label_smoothed_cross_entropy; torch.logsumexp and F.one_hot are allowed"),
+]
+
+
+def group(name):
+    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+
+
+def cause(mistake_id):
+    """The grader's likely-cause sentence for one known mistake."""
+    return "Likely cause: " + CAUSES[mistake_id]
+
+
+def check(group_name):
+    """Run the public tests of one hidden check group on the files of this folder (the notebook's
+    Autograded cells call this) and print: passed, or the first failure's message."""
+    import os
+    import pytest
+
+    class _Collect:
+        def __init__(self):
+            self.passed, self.failed = 0, []
+
+        def pytest_runtest_logreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+            elif report.when == 'call' and report.passed:
+                self.passed += 1
+
+    names = TESTS_OF_GROUP.get(group_name, [])
+    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    if not names:
+        print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
+    else:
+        folder = os.path.dirname(os.path.abspath(__file__))
+        collect = _Collect()
+        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
+                     '-k', ' or '.join(names), folder], plugins=[collect])
+        if collect.failed:
+            text = str(collect.failed[0].longrepr)
+            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
+            print(f'FAILED {collect.failed[0].nodeid}:', first)
+        else:
+            print(f'{collect.passed} passed.')
+    print('The hidden checks decide the points for this group when your work is graded: they test more than the',
+          'public tests do, so a pass here is a good sign, not a promise.')
+
+
+class TorchCalls(TorchFunctionMode):
+    """Counts the torch functions called inside `with TorchCalls() as calls:`; calls.names lists them."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, '__name__', str(func)))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self):
+        return len(self.names)
