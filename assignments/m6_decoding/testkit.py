@@ -24,7 +24,6 @@ CAUSES = {
 TESTS_OF_GROUP = {
     'greedy': ['test_greedy_matches_plain_loop_and_restores_mode'],
     'sampling': ['test_sampling_draws_every_row_with_one_multinomial_per_step'],
-    'beam': ['test_beam_length_penalty_only_at_the_end'],
     'kv_cache': ['test_one_generator_call_per_step_and_no_extra_steps', 'test_cached_step_work_does_not_grow_and_memory_is_projected_once'],
 }
 
