@@ -97,8 +97,8 @@ def readme(course: Course, m: Milestone) -> Plan:
         "",
         "## Check your work",
         "",
-        f"Run the public tests in this folder (about {testkit_mod.seconds(m)} s from a cold start on 2 cores with "
-        "nothing else running; several times that while other jobs share the machine):",
+        f"Run the public tests in this folder (about {testkit_mod.seconds(m)} s from a cold start on 2 cores, measured "
+        "with the reference files; several times that while other jobs share the machine):",
         "",
         "    pytest -q",
         "",

@@ -1,5 +1,5 @@
 """Public tests for milestone 3. Run `pytest -q` in this folder (about @MEASURED_SECONDS@ s cold on 2 cores
-with nothing else running; several times that while other jobs share the machine).
+measured with the reference files; several times that while other jobs share the machine).
 
 A quick subset of the grader's checks: LayerNorm and FeedForward against their definitions, the
 ValueError, both layers (post-LN and pre-LN) against torch.nn.TransformerEncoderLayer /

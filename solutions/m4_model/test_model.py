@@ -1,5 +1,5 @@
 """Public tests for milestone 4. Run `pytest -q` in this folder (about @MEASURED_SECONDS@ s cold on 2 cores
-with nothing else running; several times that while other jobs share the machine).
+measured with the reference files; several times that while other jobs share the machine).
 
 A quick subset of the grader's checks: the positional table and module (dropout in training mode
 only, L == max_len allowed), the embeddings, stacks, weight tying, parameter counts (against

@@ -1,5 +1,5 @@
 """Public tests for milestone 6. Run `pytest -q` in this folder (about @MEASURED_SECONDS@ s cold on 2 cores
-with nothing else running; several times that while other jobs share the machine). The models here
+measured with the reference files; several times that while other jobs share the machine). The models here
 are small and built deterministically (no training): what matters is that their outputs vary with the
 source.
 

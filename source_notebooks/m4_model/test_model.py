@@ -1,5 +1,5 @@
-"""Public tests for milestone 4. Run `pytest -q` in this folder (about 3.5 s cold on 2 cores
-with nothing else running; several times that while other jobs share the machine).
+"""Public tests for milestone 4. Run `pytest -q` in this folder (about 2.5 s cold on 2 cores
+measured with the reference files; several times that while other jobs share the machine).
 
 A quick subset of the grader's checks: the positional table and module (dropout in training mode
 only, L == max_len allowed), the embeddings, stacks, weight tying, parameter counts (against
