@@ -33,8 +33,9 @@ COURSE = config.load()
 ROOT = Path(__file__).resolve().parents[2]
 
 # CI's short run: the reference's default model, a fixed number of steps (a step count, not a time,
-# so a busy machine makes the test slower, never flaky), with a generous time cap.
-SHORT = {"steps": 450, "minutes": 20, "eval_seconds": 1e9}
+# so a busy machine makes the test slower, never flaky), with a generous time cap. One torch thread:
+# on a machine busier than its cores, two threads spin-wait and a step can take ten times longer.
+SHORT = {"steps": 450, "minutes": 20, "eval_seconds": 1e9, "threads": 1}
 # A few steps of a small model on a small test set: an untrained model's figures in seconds.
 TINY = {"steps": 3, "minutes": 5, "eval_seconds": 1e9, "d_model": 32, "heads": 2, "layers": 1, "d_ff": 64,
         "batch": 16, "n_val": 20, "n_test": 40, "threads": 1, "beam": 2}
@@ -162,7 +163,7 @@ def test_course_translate_a_sentence_stdin_and_beam(short_run, capsys, monkeypat
     assert cli.main(["translate", str(out / "model.pt")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and lines[0] == one[0], lines
-    assert cli.main(["translate", str(out / "model.pt"), "--beam", "4", "I am cold."]) == 0
+    assert cli.main(["translate", str(out / "model.pt"), "I am cold.", "--beam", "4"]) == 0
     assert capsys.readouterr().out.strip()
 
 
