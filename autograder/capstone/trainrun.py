@@ -16,7 +16,13 @@ naming the file and line. It writes OUT/model.pt (tensors and plain values only:
 configuration dict, the vocabulary string), OUT/training.png, OUT/attention.png and OUT/result.json:
 the TOKEN IDS it decoded for each test source (greedy, beam, KV-cached, sampled) and plain timings.
 No score is computed here: the parent decodes those ids with the course's own tokenizer and compares
-them with test targets this process never sees. (The validation exact match below only picks the
+them with test targets this process never sees.
+
+With conf["task"] == "translate" (main_translation) the job holds token ids only (the course's word
+tokenizer runs in the parent): training pairs, validation and test sources, the two vocabularies. It
+trains for conf["minutes"] (or conf["steps"]), prints `VALIDATION <json>` lines (the ids greedy decoding
+wrote for the validation sources, scored by the parent with sacrebleu) and writes model.pt (with the
+vocabularies), attention.png and result.json; training.png is drawn by the parent. (The validation exact match below only picks the
 weights to keep and when to stop; it is progress, not a result.)
 """
 import json

