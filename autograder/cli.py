@@ -163,7 +163,7 @@ def _ops(course: config.Course, args) -> int:
             print(f"Wrote {args.out}/similarity.html, similarity.csv, similarity.json: evidence for a person to "
                   f"read, never a grade.")
             return 0
-    except (ValueError, FileExistsError) as e:
+    except (ValueError, FileExistsError, FileNotFoundError) as e:
         print(f"course {args.command}: {e}", file=sys.stderr)
         return 2
     except ImportError as e:

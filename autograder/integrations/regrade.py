@@ -54,7 +54,11 @@ def _load(run: Path) -> tuple[dict[str, dict], dict[str, dict]]:
     if not grades.is_file():
         raise FileNotFoundError(f"{run} holds no grades.csv: expected a `course grade-class --out` folder")
     with open(grades, newline="", encoding="utf-8") as f:
-        rows = {r["key"]: r for r in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        if "key" not in (reader.fieldnames or ()):
+            raise ValueError(f"{grades} has no `key` column: it was not written by `course grade-class` (or by an "
+                             f"older version), so there is nothing to compare it with")
+        rows = {r["key"]: r for r in reader}
     tests = {}
     for key in rows:
         p = run / "results" / key / "results.json"

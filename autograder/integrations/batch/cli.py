@@ -67,8 +67,11 @@ def run(course: config.Course, args) -> int:
           f"in {run_.wall:.1f} s ({run_.per_submission:.2f} s per submission, {run_.jobs} worker(s)).")
     if run_.previous is not None:
         from autograder.integrations.regrade import diff, diff_text
-        changes = diff(run_.previous, Path(args.out))
-        print(f"The earlier run is kept in {run_.previous}: {diff_text(changes, brief=True)}")
+        try:
+            said = diff_text(diff(run_.previous, Path(args.out)), brief=True)
+        except (OSError, ValueError) as e:     # an earlier folder in another format: kept, not compared
+            said = f"not compared ({e})"
+        print(f"The earlier run is kept in {run_.previous}: {said}")
     if run_.sandbox.mode != "bwrap":
         print(f"WARNING: {run_.sandbox.note}", file=sys.stderr)
     return 0
