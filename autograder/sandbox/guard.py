@@ -603,19 +603,6 @@ def _rebind(fn, namespace, kwdefaults=None):
     return new
 
 
-def _aliases(modules, protected):
-    """Per protected API: every name torch's modules know it by (`from torch._C import x as y`)."""
-    by_id = {id(obj): key for key, obj in protected.items()}
-    names = {key: {key[1]} for key in protected}
-    for mod_name, mod in list(modules.items()):
-        if mod_name.startswith("torch") and type(mod).__name__ == "module":
-            for n, v in list(vars(mod).items()):
-                key = by_id.get(id(v))
-                if key is not None and protected[key] is v:
-                    names[key].add(n)
-    return {key: frozenset(v) for key, v in names.items()}
-
-
 def _made_from_data(torch, TorchFunctionMode):
     """{function as a TorchFunctionMode receives it: name} for torch's ways to make a tensor from Python or
     numpy data (what a mode receives is not always the object in torch's namespace)."""
@@ -706,7 +693,6 @@ def install(modules):
     import importlib.machinery
     for name in _LOADERS:
         protected[("_imp", name)] = getattr(_imp, name)
-    aliases = _aliases(modules, protected)
     op_names = {}
     for full in TC._dispatch_get_all_op_names():
         ns, _, rest = full.partition("::")
@@ -765,7 +751,7 @@ def install(modules):
         w = types.FunctionType(wire_code, exposed, key[1], None, None)
         w.__kwdefaults__ = {"_name": name, "_audit": _sys.audit}
         w.__qualname__ = key[1]
-        s["wires"][name] = (original, aliases[key], key[1])
+        s["wires"][name] = (original, frozenset({key[1]}), key[1])   # extend adds the names torch knows it by
         s["wire_fns"][name] = w
         s["guarded"].add(id(w))
         s["keep"].append(w)
