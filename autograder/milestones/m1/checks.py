@@ -1,20 +1,22 @@
 """Hidden checks for milestone 1: softmax, masks, scaled dot-product attention.
 
-Expected values come from PyTorch itself (F.scaled_dot_product_attention, torch.softmax) computed
-here in the judge. CATALOGUE recomputes what the known mistakes return, so a wrong answer can be
-named; `softmax` has a judge-written stand-in, so attention is graded on its own merits when the
-student's softmax is wrong.
+This folder, one job per file:
+- checks.py (here): the check groups, and the Tester-side helpers they use (inputs, calls, comparisons, probes);
+- answers.py: the judge's right answers (PyTorch itself: F.scaled_dot_product_attention, torch.softmax) and
+  CATALOGUE's computations of what the known mistakes return, so a wrong answer can be named;
+- mistakes.py: CATALOGUE and the mistakes a check recognises from its own evidence;
+- stand_ins.py: a judge-written `softmax`, so attention is graded on its own merits when the student's
+  softmax is wrong (imported below, which registers it).
 """
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
-import torch.nn.functional as F
 
-from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
-from autograder.milestones.reference import attention_weights
+from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str
+from autograder.milestones.m1 import stand_ins  # noqa: F401  (registers the stand-ins)
+from autograder.milestones.m1.answers import SOFTMAX_OVERFLOW, expected_attention, output_grads
 from autograder.milestones.m1.mistakes import (
     CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
     DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE,
@@ -26,174 +28,7 @@ SDPA = "scaled_dot_product_attention"
 ATTENTION_GROUPS = ("softmax",)          # what every attention group depends on
 
 
-# ---- expected values (judge side) ---------------------------------------------------------
-
-
-def expected_attention(q, k, v, mask=None):
-    """(output, weights) as PyTorch defines them; fully masked rows give zeros."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), attention_weights(q, k, mask)
-
-
-# ---- the catalogue: what each known mistake returns ----------------------------------------
-
-def _pair(w, v):
-    return w @ v, w
-
-
-@CATALOGUE.entry("attention", "no_sqrt", "the scores are not divided by sqrt(d_k): divide q @ k^T by "
-                 "math.sqrt(d_k).")
-def _no_sqrt(q, k, v, mask=None, **_):
-    return _pair(attention_weights(q, k, mask, scale=1.0), v)
-
-
-@CATALOGUE.entry("attention", "divide_by_dk", "the scores are divided by d_k instead of sqrt(d_k).")
-def _divide_by_dk(q, k, v, mask=None, **_):
-    return _pair(attention_weights(q, k, mask, scale=float(q.size(-1))), v)
-
-
-@CATALOGUE.entry("attention", "sqrt_dv", "the scores are divided by sqrt(d_v) (the last dimension of v); "
-                 "the scale comes from the keys' width: sqrt(d_k) = sqrt(q.size(-1)).")
-def _sqrt_dv(q, k, v, mask=None, **_):
-    return _pair(attention_weights(q, k, mask, scale=math.sqrt(v.size(-1))), v) if v.size(-1) != q.size(-1) else None
-
-
-@CATALOGUE.entry("attention", "scale_after_softmax", "the weights are divided by sqrt(d_k) after the softmax; "
-                 "the scaling belongs to the scores, before the softmax (weights must sum to 1).")
-def _scale_after_softmax(q, k, v, mask=None, **_):
-    return _pair(attention_weights(q, k, mask, scale=1.0) / math.sqrt(q.size(-1)), v)
-
-
-@CATALOGUE.entry("attention", "softmax_dim", "the softmax runs over the wrong dimension: each query's weights "
-                 "must sum to 1 over the keys (dim=-1).")
-def _softmax_dim(q, k, v, mask=None, **_):
-    return _pair(attention_weights(q, k, mask, softmax_dim=-2), v)
-
-
-@CATALOGUE.entry("attention", "mask_ignored", "the mask is ignored: block the keys where the mask is False "
-                 "(scores.masked_fill(~mask, float('-inf'))).")
-def _mask_ignored(q, k, v, mask=None, **_):
-    return None if mask is None else expected_attention(q, k, v)
-
-
-@CATALOGUE.entry("attention", "mask_inverted", "the mask is inverted: True means 'may attend', so block the keys "
-                 "where the mask is False.")
-def _mask_inverted(q, k, v, mask=None, **_):
-    return None if mask is None else _pair(attention_weights(q, k, mask, invert=True), v)
-
-
-@CATALOGUE.entry("attention", "fill_large_negative", "masked scores are filled with a large negative number "
-                 "instead of -inf, so a query row whose keys are all masked averages v instead of giving zeros; "
-                 "fill with -inf and let your softmax return zeros for an all -inf row.")
-def _fill_large_negative(q, k, v, mask=None, **_):
-    if mask is None:
-        return None
-    d_k = q.size(-1)
-    w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(d_k)).masked_fill(~mask, -1e9), -1)
-    return _pair(w, v)
-
-
-@CATALOGUE.entry("attention", "mask_added", "the mask is added to the scores as 0/1 numbers; use it to block "
-                 "keys instead: scores.masked_fill(~mask, float('-inf')).")
-def _mask_added(q, k, v, mask=None, **_):
-    if mask is None:
-        return None
-    return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + mask.to(q.dtype), -1), v)
-
-
-@CATALOGUE.entry("attention", "mask_after_softmax", "the mask is applied after the softmax, so the remaining "
-                 "weights no longer sum to 1: mask the scores (with -inf) before the softmax.")
-def _mask_after_softmax(q, k, v, mask=None, **_):
-    if mask is None:
-        return None
-    return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1).masked_fill(~mask, 0.0), v)
-
-
-@CATALOGUE.entry("attention", "k_not_transposed", "the scores are q @ k without transposing k; use "
-                 "q @ k.transpose(-2, -1) so each query meets each key.")
-def _k_not_transposed(q, k, v, mask=None, **_):
-    return _pair(attention_weights(q, k, mask, transpose=False), v)
-
-
-@CATALOGUE.entry("attention", "k_dot_T", "k.T reverses ALL dimensions of a batched tensor; use "
-                 "k.transpose(-2, -1), which swaps only the last two.")
-def _k_dot_t(q, k, v, mask=None, **_):
-    kt = k.permute(*reversed(range(k.dim())))
-    scores = q @ kt / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
-
-
-@CATALOGUE.entry("attention", "transpose_1_2", "k.transpose(1, 2) swaps the last two dimensions only for 3-D "
-                 "inputs; use k.transpose(-2, -1), right for any number of leading dimensions.")
-def _transpose_1_2(q, k, v, mask=None, **_):
-    scores = q @ k.transpose(1, 2) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return _pair(torch.nan_to_num(torch.softmax(scores, -1), nan=0.0), v)
-
-
-@CATALOGUE.entry("attention", "mask_unsqueezed", "a 3-D mask gets an extra dimension inside attention; masks "
-                 "only have to broadcast to the scores, so leave the mask as it is given (a per-head mask "
-                 "[H, Lq, Lk] then no longer lines up).")
-def _mask_unsqueezed(q, k, v, mask=None, **_):
-    if mask is None or mask.dim() != 3:
-        return None
-    return _pair(attention_weights(q, k, mask.unsqueeze(1)), v)
-
-
-@CATALOGUE.entry("attention", "keys_values_swapped", "keys and values are swapped: the scores use k "
-                 "(q @ k^T) and the output uses v (weights @ v).")
-def _keys_values_swapped(q, k, v, mask=None, **_):
-    w = attention_weights(q, v, mask)           # raises, like the student's code, when d_v != d_k
-    return w @ k, w
-
-
-@CATALOGUE.entry("softmax", "softmax_ignores_dim", "the softmax is taken over the last dimension whatever `dim` "
-                 "says: reduce over `dim` (amax and sum with dim=dim, keepdim=True).")
-def _softmax_ignores_dim(x, dim=-1):
-    return torch.softmax(x, -1) if dim not in (-1, x.dim() - 1) else None
-
-
-@CATALOGUE.entry("softmax", "softmax_global_sum", "each entry is divided by the sum over the whole tensor; divide "
-                 "by the sum along `dim` only (keepdim=True).")
-def _softmax_global_sum(x, dim=-1):
-    e = torch.exp(x - x.amax())
-    return e / e.sum()
-
-
-def _finite_or_zero(y):
-    return torch.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-@CATALOGUE.entry("softmax", "softmax_overflow", "exp of a large score overflows to inf (exp(710) in float64, "
-                 "exp(89) in float32), and inf / inf is NaN: subtract each slice's max before exp "
-                 "(softmax(x) == softmax(x - max)).")
-def _softmax_naive(x, dim=-1):
-    e = torch.exp(x)
-    return _finite_or_zero(e / e.sum(dim, keepdim=True))
-
-
-SOFTMAX_OVERFLOW = _softmax_naive
-
-
-@CATALOGUE.entry("softmax", "softmax_global_max", "one max of the whole tensor is subtracted; subtract each "
-                 "slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global "
-                 "max underflow to 0.")
-def _softmax_global_max(x, dim=-1):
-    e = torch.exp(x - x.amax())
-    s = e.sum(dim, keepdim=True)
-    return torch.where(s > 0, e / s, torch.zeros_like(e))
-
-
-@CATALOGUE.entry("softmax", "softmax_sum_wrong_dim", "the max is taken along `dim` but the sum along the last "
-                 "dimension: every reduction must use dim=dim.")
-def _softmax_sum_last(x, dim=-1):
-    if dim in (-1, x.dim() - 1):
-        return None
-    e = torch.exp(x - x.amax(dim, keepdim=True))
-    return e / e.sum(-1, keepdim=True)
-
+# ---- probes: evidence read from the student's answer ---------------------------------------
 
 def output_not_from_weights(out, w, v):
     """A probe: the output is not `weights @ v` for the weights the student returned (compared at the
@@ -206,18 +41,6 @@ def output_not_from_weights(out, w, v):
         except RuntimeError:
             return None
     return None
-
-
-# ---- stand-ins: correct versions of the functions a failed group provides ------------------
-
-def _stand_in_softmax(x, dim=-1):
-    m = x.amax(dim=dim, keepdim=True)
-    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-    s = e.sum(dim=dim, keepdim=True)
-    return e / torch.where(s > 0, s, torch.ones_like(s))
-
-
-stand_ins("m1", softmax=_stand_in_softmax)
 
 
 # ---- inputs and calls ----------------------------------------------------------------------
@@ -480,8 +303,8 @@ def gradients(t: Tester):
     if reply.get("grads") is None:
         t.fail(f"No gradient reached q, k and v: {reply.get('grad_problem')}. Build the output with torch "
                f"operations only (no .detach(), .item(), .numpy() or torch.no_grad()).", GRAPH_CUT)
-    want = _grads(expected_attention, (q, k, v), mask, g)
-    tried = functools.cache(lambda: [(m, _grads(m, (q, k, v), mask, g)) for m in CATALOGUE.entries["attention"]])
+    want = output_grads(expected_attention, (q, k, v), mask, g)
+    tried = functools.cache(lambda: [(m, output_grads(m, (q, k, v), mask, g)) for m in CATALOGUE.entries["attention"]])
     for i, (name, got) in enumerate(zip("qkv", reply["grads"])):
         if got is None:
             t.fail(f"No gradient reached `{name}`: the path from {name} to the output is cut somewhere (.detach(), "
@@ -489,17 +312,6 @@ def gradients(t: Tester):
         t.expect_close(got, want[i], f"The gradient of the attention output with respect to {name}",
                        lambda i=i: [(m, gr[i]) for m, gr in tried() if gr is not None])
 
-
-def _grads(fn, inputs, mask, g):
-    """Gradients of fn(q, k, v, mask)[0] (the output) with respect to q, k, v; None where fn does not apply."""
-    leaves = [x.clone().requires_grad_(True) for x in inputs]
-    try:
-        result = fn(*leaves, mask)
-    except Exception:
-        return None
-    if result is None or not result[0].requires_grad or result[0].shape != g.shape:
-        return None
-    return torch.autograd.grad(result[0], leaves, g, allow_unused=True)
 
 
 # The most tensor operations a loop-free version needs at the base sizes below (the reference and the correct

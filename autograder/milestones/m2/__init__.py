@@ -1,1 +1,1 @@
-"""Milestone m2's hidden checks (checks.py)."""
+"""Milestone m2's hidden checks (checks.py, whose docstring says which file of this folder holds what)."""

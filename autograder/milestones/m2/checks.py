@@ -1,22 +1,26 @@
 """Hidden checks for milestone 2: split/merge heads and MultiHeadAttention.
 
-The expected values come from torch.nn.MultiheadAttention(batch_first=True) loaded with the same
-weights as the student's four projections (in_proj = cat[w_q, w_k, w_v], out_proj = w_o). Its boolean
-masks mean the opposite of ours (True = blocked), so it receives ~mask, expanded per head.
-CATALOGUE recomputes what the known mistakes return; `split_heads` and `merge_heads` have stand-ins,
-so MultiHeadAttention is graded on its own merits when the student's helpers are wrong.
+This folder, one job per file:
+- checks.py (here): the check groups, and the Tester-side helpers they use (inputs, calls, comparisons, probes);
+- answers.py: the judge's right answers: torch.nn.MultiheadAttention(batch_first=True) loaded with the same
+  weights as the student's four projections (in_proj = cat[w_q, w_k, w_v], out_proj = w_o; its boolean masks
+  mean the opposite of ours (True = blocked), so it receives ~mask, expanded per head), and CATALOGUE's
+  computations of what the known mistakes return;
+- mistakes.py: CATALOGUE and the mistakes a check recognises from its own evidence;
+- stand_ins.py: judge-written `split_heads` and `merge_heads`, so MultiHeadAttention is graded on its own
+  merits when the student's helpers are wrong (imported below, which registers them).
 """
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
-from torch import nn
 
-from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
-from autograder.milestones.reference import merge_from_heads, mha_variant, split_into_heads
+from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str
+from autograder.milestones.reference import merge_from_heads, split_into_heads
 from autograder.grading import diagnosis
+from autograder.milestones.m2 import stand_ins  # noqa: F401  (registers the stand-ins)
+from autograder.milestones.m2.answers import reference_mha
 from autograder.milestones.m2.mistakes import (
     CATALOGUE, NEVER_USED, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER,
     DROPOUT_NOT_ON_WEIGHTS, ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK,
@@ -28,6 +32,8 @@ PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 HELPERS = ("split_merge",)           # what every MultiHeadAttention group depends on
 
 
+# ---- inputs and probes ------------------------------------------------------------------------
+
 def random_params(t: Tester, d_model: int, bias: bool = True, dtype=torch.float64) -> dict:
     params = {}
     for name in PROJECTIONS:
@@ -35,101 +41,6 @@ def random_params(t: Tester, d_model: int, bias: bool = True, dtype=torch.float6
         if bias:
             params[f"{name}.bias"] = t.randn(d_model, dtype=dtype, scale=0.1)
     return params
-
-
-def reference_mha(params, d_model, heads, query, key, value, mask=None, grad_output=None):
-    """(output, per-head weights, grads or None) from nn.MultiheadAttention.
-
-    grads: parameter name -> gradient, plus "query", "key", "value" -> input gradient.
-    """
-    if grad_output is not None:
-        query, key, value = (x.clone().requires_grad_(True) for x in (query, key, value))
-    bias = "w_q.bias" in params
-    mha = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True, dtype=query.dtype)
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([params[f"{n}.weight"] for n in ("w_q", "w_k", "w_v")]))
-        mha.out_proj.weight.copy_(params["w_o.weight"])
-        if bias:
-            mha.in_proj_bias.copy_(torch.cat([params[f"{n}.bias"] for n in ("w_q", "w_k", "w_v")]))
-            mha.out_proj.bias.copy_(params["w_o.bias"])
-    attn_mask = None
-    if mask is not None:
-        B, Lq, Lk = query.size(0), query.size(1), key.size(1)
-        full = mask.expand(B, Lq, Lk)                                 # [Lq, Lk] or [B, 1|Lq, Lk]
-        attn_mask = (~full).repeat_interleave(heads, dim=0)          # [B*H, Lq, Lk], batch-major
-    # Grad mode on: keeps nn.MultiheadAttention off its fused fast path (see grading notes).
-    out, weights = mha(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
-    grads = None
-    if grad_output is not None:
-        out.backward(grad_output)
-        d = d_model
-        g_in = mha.in_proj_weight.grad
-        grads = {"w_q.weight": g_in[:d], "w_k.weight": g_in[d:2 * d], "w_v.weight": g_in[2 * d:],
-                 "w_o.weight": mha.out_proj.weight.grad}
-        grads.update(query=query.grad, key=key.grad, value=value.grad)
-        if bias:
-            gb = mha.in_proj_bias.grad
-            grads.update({"w_q.bias": gb[:d], "w_k.bias": gb[d:2 * d], "w_v.bias": gb[2 * d:],
-                          "w_o.bias": mha.out_proj.bias.grad})
-    return out.detach(), weights.detach(), grads
-
-
-# ---- the catalogue: a small multi-head attention with one mistake switched on ----------------
-
-
-
-
-
-
-
-
-
-
-
-def _variant(mid, text, **deviation):
-    CATALOGUE.entry("mha", mid, text)(functools.partial(mha_variant, **deviation))
-
-
-_variant("split_plain_view", "split_heads views [B, L, d_model] straight as [B, H, L, d_k], which mixes "
-         "positions into heads: reshape to [B, L, H, d_k] first, then transpose(1, 2).", split="plain_view")
-_variant("split_interleaved", "head h must hold features h*d_k:(h+1)*d_k (contiguous blocks), not every H-th "
-         "feature: reshape to [B, L, H, d_k], not [B, L, d_k, H].", split="interleaved")
-_variant("merge_no_transpose", "merge_heads flattens [B, H, L, d_k] without moving the head dimension back after "
-         "the length: transpose(1, 2) first, then reshape to [B, L, H*d_k].", merge="no_transpose")
-_variant("no_output_projection", "the output projection w_o is never applied: return w_o(merge_heads(...)).",
-         output=False)
-_variant("key_from_query", "the keys are projected from the `query` input; keys come from `key`: "
-         "k = w_k(key).", k_from="query")
-_variant("key_with_w_q", "the keys go through w_q; each input has its own projection: k = w_k(key).",
-         k_with="w_q")
-_variant("value_from_key", "the values are projected from the `key` input; values come from `value`: "
-         "v = w_v(value).", v_from="key")
-_variant("value_with_w_k", "the values go through w_k instead of w_v (w_v is never used): v = w_v(value).",
-         v_with="w_k")
-_variant("keys_values_swapped", "keys and values are swapped: k = w_k(key) and v = w_v(value).",
-         k_from="value", v_from="key")
-_variant("mask_inverted", "the mask is inverted: our masks mean True = may attend (the opposite of "
-         "nn.MultiheadAttention's), so pass them on as they are.", invert=True)
-_variant("mask_no_head_dim", "a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) "
-         "before it meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.",
-         mask_how="none")
-_variant("mask_unsqueeze_always", "only 3-D masks need the head dimension: a 2-D causal mask [Lq, Lk] already "
-         "broadcasts, and unsqueeze(1) turns it into [Lq, 1, Lk], which lines the queries up with the heads.",
-         mask_how="always")
-_variant("mask_unsqueeze_last", "the head dimension goes at position 1 (mask.unsqueeze(1) -> [B, 1, Lq, Lk]), "
-         "not at the end.", mask_how="last")
-
-
-@CATALOGUE.entry("mha", "scaled_twice", "the queries are scaled by 1/sqrt(d_k) before attention, which already "
-                 "divides the scores by sqrt(d_k): scale once.")
-def _scaled_twice(params, heads, query, key, value, mask=None):
-    return mha_variant(params, heads, query, key, value, mask, extra_scale=1 / math.sqrt(query.size(-1) // heads))
-
-
-@CATALOGUE.entry("mha", "scaled_by_d_model", "the queries are scaled by 1/sqrt(d_model) before attention; "
-                 "attention already divides by sqrt(d_k), the width of one head.")
-def _scaled_by_d_model(params, heads, query, key, value, mask=None):
-    return mha_variant(params, heads, query, key, value, mask, extra_scale=1 / math.sqrt(query.size(-1)))
 
 
 def never_used(t: Tester, d_model, heads, query, key, value, mask, params, bias=True):
@@ -147,21 +58,6 @@ def never_used(t: Tester, d_model, heads, query, key, value, mask, params, bias=
                 return NEVER_USED[name]
         return None
     return probe
-
-
-# ---- stand-ins -------------------------------------------------------------------------------
-
-def _stand_in_split_heads(x, num_heads):
-    B, L, d_model = x.shape
-    return x.reshape(B, L, num_heads, d_model // num_heads).transpose(1, 2)
-
-
-def _stand_in_merge_heads(x):
-    B, H, L, d_k = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * d_k)
-
-
-stand_ins("m2", split_heads=_stand_in_split_heads, merge_heads=_stand_in_merge_heads)
 
 
 # ---- calls -----------------------------------------------------------------------------------

@@ -1,10 +1,15 @@
 """Hidden checks for milestone 3: LayerNorm, FeedForward, EncoderLayer, DecoderLayer (post-LN and pre-LN).
 
-Expected values come from PyTorch's own modules (nn.LayerNorm, nn.TransformerEncoderLayer/DecoderLayer,
-batch_first=True) loaded with the same, random weights: every norm too, so that a swapped or skipped
-sub-layer cannot hide. CATALOGUE is a small functional re-implementation of the layers with one known
-mistake switched on at a time. LayerNorm and FeedForward have stand-ins, so the layers are graded on
-their own merits when the student's parts are wrong (MultiHeadAttention is milestone 2's reference).
+This folder, one job per file:
+- checks.py (here): the check groups, and the Tester-side helpers they use (calls, comparisons, probes);
+- answers.py: the judge's right answers: PyTorch's own modules (nn.LayerNorm, nn.TransformerEncoderLayer/
+  DecoderLayer, batch_first=True) loaded with the same, random weights: every norm too, so that a swapped or
+  skipped sub-layer cannot hide; and CATALOGUE, a small functional re-implementation of the layers with one
+  known mistake switched on at a time;
+- mistakes.py: CATALOGUE and the mistakes a check recognises from its own evidence;
+- stand_ins.py: judge-written LayerNorm and FeedForward, so the layers are graded on their own merits when
+  the student's parts are wrong (MultiHeadAttention is milestone 2's reference; imported below, which
+  registers them).
 """
 from __future__ import annotations
 
@@ -12,12 +17,11 @@ import functools
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from autograder.grading.checks import Tester, group, shape_str, stand_ins
-from autograder.milestones.reference import (
-    HEADS, feed_forward_fn, layer_fn, layer_norm_fn, layer_params, ragged_masks, sub_params, torch_layer,
-    torch_mask)
+from autograder.grading.checks import Tester, group, shape_str
+from autograder.milestones.reference import HEADS, feed_forward_fn, layer_params, ragged_masks, sub_params
+from autograder.milestones.m3 import stand_ins  # noqa: F401  (registers the stand-ins)
+from autograder.milestones.m3.answers import expected_layer, through_norms
 from autograder.milestones.m3.mistakes import (
     CATALOGUE, NEVER_USED, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED, ATTENTION_DROPOUT_MISSING,
     BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION,
@@ -27,156 +31,7 @@ from autograder.milestones.m3.mistakes import (
 PARTS = ("layer_norm", "feed_forward")        # what every layer group depends on
 
 
-
-
-
-# ---- weights ---------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, grad=None):
-    """(output, grads or None) of PyTorch's layer; grads: parameter name (ours) -> gradient, and "x", "memory"."""
-    decoder = memory is not None
-    layer = torch_layer(p, d, d_ff, decoder, norm_first, activation, x.dtype)
-    B, L = x.shape[:2]
-    if grad is not None:
-        x = x.clone().requires_grad_(True)
-        memory = memory.clone().requires_grad_(True) if decoder else None
-    if decoder:
-        out = layer(x, memory, tgt_mask=torch_mask(tgt_mask, B, L, L),
-                    memory_mask=torch_mask(src_mask, B, L, memory.size(1)))
-    else:
-        out = layer(x, src_mask=torch_mask(src_mask, B, L, L))
-    if grad is None:
-        return out.detach(), None
-    out.backward(grad)
-    grads = {"x": x.grad}
-    if decoder:
-        grads["memory"] = memory.grad
-    theirs = dict(layer.named_parameters())
-    for att, mine in (("self_attn", "self_attn"), ("multihead_attn", "cross_attn")):
-        if f"{att}.in_proj_weight" not in theirs or (mine == "cross_attn" and not decoder):
-            continue
-        gw, gb = theirs[f"{att}.in_proj_weight"].grad, theirs[f"{att}.in_proj_bias"].grad
-        for i, proj in enumerate(("w_q", "w_k", "w_v")):
-            grads[f"{mine}.{proj}.weight"] = gw[i * d:(i + 1) * d]
-            grads[f"{mine}.{proj}.bias"] = gb[i * d:(i + 1) * d]
-        grads[f"{mine}.w_o.weight"] = theirs[f"{att}.out_proj.weight"].grad
-        grads[f"{mine}.w_o.bias"] = theirs[f"{att}.out_proj.bias"].grad
-    for name in ("linear1", "linear2"):
-        grads[f"feed_forward.{name}.weight"] = theirs[f"{name}.weight"].grad
-        grads[f"feed_forward.{name}.bias"] = theirs[f"{name}.bias"].grad
-    for n in range(1, 4 if decoder else 3):
-        grads[f"norm{n}.weight"] = theirs[f"norm{n}.weight"].grad
-        grads[f"norm{n}.bias"] = theirs[f"norm{n}.bias"].grad
-    return out.detach(), grads
-
-
-# ---- the catalogue: the layers written out, with one known mistake at a time ------------------
-
-
-LN_MISTAKES = {
-    "unbiased_variance": ("the variance is the unbiased one (divided by d_model - 1); LayerNorm uses the "
-                          "biased variance: ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False).",
-                          {"unbiased": True}),
-    "eps_outside_sqrt": ("eps is added outside the square root (std + eps); it belongs inside: "
-                         "(x - mean) / sqrt(var + eps). The difference is tiny at unit scale but large when "
-                         "the features vary little.", {"eps_outside": True}),
-    "normalises_last_two_dims": ("the statistics run over the last two dimensions; LayerNorm normalises each "
-                                 "position's features only: mean and variance over dim=-1.", {"dims": (-2, -1)}),
-    "normalises_dim_1": ("the statistics run over dim 1; they must run over the last dimension (dim=-1), "
-                         "whatever the number of leading dimensions.", {"dims": (1,)}),
-    "normalises_whole_tensor": ("one mean and variance are taken over the whole tensor; each position needs its "
-                                "own, over its features: mean and variance over dim=-1 (keepdim=True).",
-                                {"dims": "all"}),
-    "weight_bias_swapped": ("weight and bias are swapped: y = x_hat * weight + bias.", {"affine": "swapped"}),
-    "affine_ignored": ("the learned weight and bias are not applied: y = x_hat * weight + bias.",
-                       {"affine": "none"}),
-}
-for _id, (_text, _dev) in LN_MISTAKES.items():
-    CATALOGUE.entry("layer_norm", _id, _text)(
-        lambda x, w, b, _dev=_dev: layer_norm_fn(x, w, b, **_dev) if _dev.get("dims") == "all" or max(
-            map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
-
-
-FF_MISTAKES = {
-    "ffn_no_activation": ("the activation is missing: linear2(dropout(activation(linear1(x)))).", {"no_act": True}),
-    "ffn_activation_after_linear2": ("the activation is applied after linear2; it goes between the two linear "
-                                     "layers: linear2(dropout(activation(linear1(x)))).", {"act_after": True}),
-    "ffn_tanh_gelu": ("this is the tanh approximation of GELU; use the exact one: F.gelu(h) (approximate='none').",
-                      {"tanh_gelu": True}),
-    "ffn_activation_ignored": ("the `activation` argument is not followed (relu and gelu are swapped or one is "
-                               "always used).", {"act_swap": True}),
-}
-for _id, (_text, _dev) in FF_MISTAKES.items():
-    CATALOGUE.entry("feed_forward", _id, _text)(lambda p, x, activation, _dev=_dev: feed_forward_fn(p, x, activation, **_dev))
-
-
-
-
-
-LAYER_MISTAKES = {
-    "pre_ln_residual_from_norm": ("in pre-LN the residual must be the un-normalised stream: x = x + "
-                                  "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": True}, "pre"),
-    # the same mistake, made in the first sub-layer only (registered under the same id)
-    "pre_ln_residual_from_norm ": ("in pre-LN the residual must be the un-normalised stream: x = x + "
-                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": "first"}, "pre"),
-    "post_ln_norm_on_branch": ("in post-LN the norm comes after the residual add: x = norm(x + drop(sublayer(x))), "
-                               "not x + norm(sublayer(x)).", {"norm_on_branch": True}, "post"),
-    "norm_first_ignored": ("norm_first is not followed: norm_first=True is pre-LN (normalise before each "
-                           "sub-layer), False is post-LN (normalise after the residual add).", {"invert": True}, None),
-    "src_mask_ignored": ("src_mask is not passed on: the attention to the source must get it "
-                         "(encoder: self_attn(..., src_mask); decoder: cross_attn(..., src_mask)).",
-                         {"src_mask_ignored": True}, None),
-    "norms_swapped": ("two norms are swapped: each sub-layer has its own norm (encoder: norm1 attention, norm2 "
-                      "feed-forward; decoder: norm1 self-attention, norm2 cross-attention, norm3 feed-forward).",
-                      {"swap_norms": True}, None),
-}
-DECODER_MISTAKES = {
-    "cross_kv_from_decoder": ("the cross-attention takes its keys and values from the decoder; they come from the "
-                              "encoder output: cross_attn(x, memory, memory, src_mask).", {"cross_kv_from_x": True}),
-    "cross_q_from_memory": ("the cross-attention takes its queries from memory; queries come from the decoder "
-                            "stream: cross_attn(x, memory, memory, src_mask).", {"cross_q_from_memory": True}),
-    "decoder_masks_swapped": ("src_mask and tgt_mask are swapped: tgt_mask goes to the self-attention, src_mask to "
-                              "the cross-attention.", {"masks_swapped": True}),
-    "tgt_mask_ignored": ("the self-attention ignores tgt_mask, so the decoder sees future positions: "
-                         "self_attn(x, x, x, tgt_mask).", {"tgt_mask_ignored": True}),
-    "memory_normalised": ("memory is normalised inside the decoder layer; use it as it is: "
-                          "cross_attn(norm2(x), memory, memory, src_mask).", {"norm_memory": True}),
-    "tgt_mask_added": ("with tgt_mask=None the self-attention must see every position: a mask that is None means "
-                       "no mask (the caller passes the causal mask; none is added inside the layer).",
-                       {"auto_causal": True}),
-}
-
-
-def _register_layers():
-    for kind in ("encoder", "decoder"):
-        items = {k: (text, dev) for k, (text, dev, _) in LAYER_MISTAKES.items()}
-        if kind == "decoder":
-            items.update(DECODER_MISTAKES)
-        for mid, (text, dev) in items.items():
-            mode = LAYER_MISTAKES[mid][2] if mid in LAYER_MISTAKES else None
-
-            def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _dev=dev, _mode=mode):
-                if _mode == "pre" and not norm_first or _mode == "post" and norm_first:
-                    return None
-                return layer_fn(p, norm_first, activation, x, memory, src_mask, tgt_mask, **_dev)
-            CATALOGUE.entry(kind, mid.strip(), text)(fn)
-
-
-_register_layers()
-
+# ---- probes: evidence read from the student's answer -----------------------------------------
 
 def never_used(grads: dict | None, names=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3")):
     """A structural finding: a submodule whose parameters get no gradient is not part of the output."""
@@ -187,37 +42,6 @@ def never_used(grads: dict | None, names=("self_attn", "cross_attn", "feed_forwa
         if mine and all(g is None or not torch.is_tensor(g) or not g.abs().sum() > 0 for g in mine):
             return NEVER_USED[name]
     return None
-
-
-# ---- stand-ins -------------------------------------------------------------------------------
-
-class _StandInLayerNorm(nn.Module):
-    def __init__(self, d_model, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-
-    def forward(self, x):
-        mean = x.mean(-1, keepdim=True)
-        var = ((x - mean) ** 2).mean(-1, keepdim=True)
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
-
-
-class _StandInFeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
-        super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-        self.act = F.relu if activation == "relu" else F.gelu
-        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.linear2(self.drop(self.act(self.linear1(x))))
-
-
-stand_ins("m3", LayerNorm=_StandInLayerNorm, FeedForward=_StandInFeedForward)
 
 
 # ---- running the student's layers ---------------------------------------------------------------
@@ -440,11 +264,6 @@ def _branch_check(t: Tester, what, out, x, branch, p):
            f"entries 0) and the rest divided by 1 - p, then added to x; this layer's output does not fit that.")
 
 
-def _through_norms(z, norm_weights):
-    for w, b in norm_weights:
-        z = layer_norm_fn(z, w, b)
-    return z
-
 
 def _post_ln_stream_check(t: Tester, what, trained, evaluated):
     """Post-LN, every sub-layer outputting exactly 0: with dropout on the sub-layer outputs only, nothing
@@ -460,12 +279,12 @@ def _post_ln_branch_check(t: Tester, what, out, x, branch, p, norm_weights):
     applied to x + m * branch / (1 - p) for some 0/1 mask m; there are few masks (2^d_model): try them all."""
     d = x.size(-1)
     masks = torch.tensor([[(k >> j) & 1 for j in range(d)] for k in range(2 ** d)], dtype=torch.float64)
-    if torch.allclose(out, _through_norms(x + branch, norm_weights), atol=1e-7):
+    if torch.allclose(out, through_norms(x + branch, norm_weights), atol=1e-7):
         t.fail(f"{what}: in training mode this sub-layer's output reaches the residual without dropout. Apply "
                f"the layer's dropout to each sub-layer's output before adding it: norm(x + drop(sublayer(x))).",
                NO_RESIDUAL_DROPOUT)
     for xi, yi in zip(x.reshape(-1, d), out.reshape(-1, d)):
-        cand = _through_norms(xi + masks * branch / (1 - p), norm_weights)           # [2^d, d]
+        cand = through_norms(xi + masks * branch / (1 - p), norm_weights)           # [2^d, d]
         if not ((cand - yi).abs().amax(-1) < 1e-7).any():
             t.fail(f"{what}: in training mode (dropout=0.5) the output is not norm(x + drop(sublayer(x))) for any "
                    f"dropout pattern: apply the layer's dropout to each sub-layer's output, before the residual add.")

@@ -1,0 +1,148 @@
+"""Milestone 3's right answers, computed by the judge from the inputs alone (no Tester, no student reply):
+PyTorch's own layers (nn.TransformerEncoderLayer/DecoderLayer, batch_first=True, via reference.py) loaded with
+the same random weights as the student's, and CATALOGUE's computations of what each known mistake returns
+(reference.py's functional layers with one known mistake switched on at a time), so that a wrong answer can
+be named."""
+from __future__ import annotations
+
+from autograder.milestones.reference import feed_forward_fn, layer_fn, layer_norm_fn, torch_layer, torch_mask
+from autograder.milestones.m3.mistakes import CATALOGUE
+
+
+def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, grad=None):
+    """(output, grads or None) of PyTorch's layer; grads: parameter name (ours) -> gradient, and "x", "memory"."""
+    decoder = memory is not None
+    layer = torch_layer(p, d, d_ff, decoder, norm_first, activation, x.dtype)
+    B, L = x.shape[:2]
+    if grad is not None:
+        x = x.clone().requires_grad_(True)
+        memory = memory.clone().requires_grad_(True) if decoder else None
+    if decoder:
+        out = layer(x, memory, tgt_mask=torch_mask(tgt_mask, B, L, L),
+                    memory_mask=torch_mask(src_mask, B, L, memory.size(1)))
+    else:
+        out = layer(x, src_mask=torch_mask(src_mask, B, L, L))
+    if grad is None:
+        return out.detach(), None
+    out.backward(grad)
+    grads = {"x": x.grad}
+    if decoder:
+        grads["memory"] = memory.grad
+    theirs = dict(layer.named_parameters())
+    for att, mine in (("self_attn", "self_attn"), ("multihead_attn", "cross_attn")):
+        if f"{att}.in_proj_weight" not in theirs or (mine == "cross_attn" and not decoder):
+            continue
+        gw, gb = theirs[f"{att}.in_proj_weight"].grad, theirs[f"{att}.in_proj_bias"].grad
+        for i, proj in enumerate(("w_q", "w_k", "w_v")):
+            grads[f"{mine}.{proj}.weight"] = gw[i * d:(i + 1) * d]
+            grads[f"{mine}.{proj}.bias"] = gb[i * d:(i + 1) * d]
+        grads[f"{mine}.w_o.weight"] = theirs[f"{att}.out_proj.weight"].grad
+        grads[f"{mine}.w_o.bias"] = theirs[f"{att}.out_proj.bias"].grad
+    for name in ("linear1", "linear2"):
+        grads[f"feed_forward.{name}.weight"] = theirs[f"{name}.weight"].grad
+        grads[f"feed_forward.{name}.bias"] = theirs[f"{name}.bias"].grad
+    for n in range(1, 4 if decoder else 3):
+        grads[f"norm{n}.weight"] = theirs[f"norm{n}.weight"].grad
+        grads[f"norm{n}.bias"] = theirs[f"norm{n}.bias"].grad
+    return out.detach(), grads
+
+
+# ---- the catalogue: the layers written out, with one known mistake at a time ------------------
+
+
+LN_MISTAKES = {
+    "unbiased_variance": ("the variance is the unbiased one (divided by d_model - 1); LayerNorm uses the "
+                          "biased variance: ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False).",
+                          {"unbiased": True}),
+    "eps_outside_sqrt": ("eps is added outside the square root (std + eps); it belongs inside: "
+                         "(x - mean) / sqrt(var + eps). The difference is tiny at unit scale but large when "
+                         "the features vary little.", {"eps_outside": True}),
+    "normalises_last_two_dims": ("the statistics run over the last two dimensions; LayerNorm normalises each "
+                                 "position's features only: mean and variance over dim=-1.", {"dims": (-2, -1)}),
+    "normalises_dim_1": ("the statistics run over dim 1; they must run over the last dimension (dim=-1), "
+                         "whatever the number of leading dimensions.", {"dims": (1,)}),
+    "normalises_whole_tensor": ("one mean and variance are taken over the whole tensor; each position needs its "
+                                "own, over its features: mean and variance over dim=-1 (keepdim=True).",
+                                {"dims": "all"}),
+    "weight_bias_swapped": ("weight and bias are swapped: y = x_hat * weight + bias.", {"affine": "swapped"}),
+    "affine_ignored": ("the learned weight and bias are not applied: y = x_hat * weight + bias.",
+                       {"affine": "none"}),
+}
+for _id, (_text, _dev) in LN_MISTAKES.items():
+    CATALOGUE.entry("layer_norm", _id, _text)(
+        lambda x, w, b, _dev=_dev: layer_norm_fn(x, w, b, **_dev) if _dev.get("dims") == "all" or max(
+            map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
+
+
+FF_MISTAKES = {
+    "ffn_no_activation": ("the activation is missing: linear2(dropout(activation(linear1(x)))).", {"no_act": True}),
+    "ffn_activation_after_linear2": ("the activation is applied after linear2; it goes between the two linear "
+                                     "layers: linear2(dropout(activation(linear1(x)))).", {"act_after": True}),
+    "ffn_tanh_gelu": ("this is the tanh approximation of GELU; use the exact one: F.gelu(h) (approximate='none').",
+                      {"tanh_gelu": True}),
+    "ffn_activation_ignored": ("the `activation` argument is not followed (relu and gelu are swapped or one is "
+                               "always used).", {"act_swap": True}),
+}
+for _id, (_text, _dev) in FF_MISTAKES.items():
+    CATALOGUE.entry("feed_forward", _id, _text)(lambda p, x, activation, _dev=_dev: feed_forward_fn(p, x, activation, **_dev))
+
+
+LAYER_MISTAKES = {
+    "pre_ln_residual_from_norm": ("in pre-LN the residual must be the un-normalised stream: x = x + "
+                                  "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": True}, "pre"),
+    # the same mistake, made in the first sub-layer only (registered under the same id)
+    "pre_ln_residual_from_norm ": ("in pre-LN the residual must be the un-normalised stream: x = x + "
+                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": "first"}, "pre"),
+    "post_ln_norm_on_branch": ("in post-LN the norm comes after the residual add: x = norm(x + drop(sublayer(x))), "
+                               "not x + norm(sublayer(x)).", {"norm_on_branch": True}, "post"),
+    "norm_first_ignored": ("norm_first is not followed: norm_first=True is pre-LN (normalise before each "
+                           "sub-layer), False is post-LN (normalise after the residual add).", {"invert": True}, None),
+    "src_mask_ignored": ("src_mask is not passed on: the attention to the source must get it "
+                         "(encoder: self_attn(..., src_mask); decoder: cross_attn(..., src_mask)).",
+                         {"src_mask_ignored": True}, None),
+    "norms_swapped": ("two norms are swapped: each sub-layer has its own norm (encoder: norm1 attention, norm2 "
+                      "feed-forward; decoder: norm1 self-attention, norm2 cross-attention, norm3 feed-forward).",
+                      {"swap_norms": True}, None),
+}
+DECODER_MISTAKES = {
+    "cross_kv_from_decoder": ("the cross-attention takes its keys and values from the decoder; they come from the "
+                              "encoder output: cross_attn(x, memory, memory, src_mask).", {"cross_kv_from_x": True}),
+    "cross_q_from_memory": ("the cross-attention takes its queries from memory; queries come from the decoder "
+                            "stream: cross_attn(x, memory, memory, src_mask).", {"cross_q_from_memory": True}),
+    "decoder_masks_swapped": ("src_mask and tgt_mask are swapped: tgt_mask goes to the self-attention, src_mask to "
+                              "the cross-attention.", {"masks_swapped": True}),
+    "tgt_mask_ignored": ("the self-attention ignores tgt_mask, so the decoder sees future positions: "
+                         "self_attn(x, x, x, tgt_mask).", {"tgt_mask_ignored": True}),
+    "memory_normalised": ("memory is normalised inside the decoder layer; use it as it is: "
+                          "cross_attn(norm2(x), memory, memory, src_mask).", {"norm_memory": True}),
+    "tgt_mask_added": ("with tgt_mask=None the self-attention must see every position: a mask that is None means "
+                       "no mask (the caller passes the causal mask; none is added inside the layer).",
+                       {"auto_causal": True}),
+}
+
+
+def _register_layers():
+    for kind in ("encoder", "decoder"):
+        items = {k: (text, dev) for k, (text, dev, _) in LAYER_MISTAKES.items()}
+        if kind == "decoder":
+            items.update(DECODER_MISTAKES)
+        for mid, (text, dev) in items.items():
+            mode = LAYER_MISTAKES[mid][2] if mid in LAYER_MISTAKES else None
+
+            def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _dev=dev, _mode=mode):
+                if _mode == "pre" and not norm_first or _mode == "post" and norm_first:
+                    return None
+                return layer_fn(p, norm_first, activation, x, memory, src_mask, tgt_mask, **_dev)
+            CATALOGUE.entry(kind, mid.strip(), text)(fn)
+
+
+_register_layers()
+
+
+# ---- a post-LN layer's residual stream ---------------------------------------------------------
+
+def through_norms(z, norm_weights):
+    """`z` through the LayerNorms `norm_weights` ((weight, bias) pairs), one after the other."""
+    for w, b in norm_weights:
+        z = layer_norm_fn(z, w, b)
+    return z
