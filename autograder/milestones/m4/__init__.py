@@ -1,1 +1,2 @@
-"""Milestone m4's hidden checks (checks.py)."""
+"""Milestone m4's hidden checks: checks.py (the check groups), answers.py (the judge's right answers),
+mistakes.py (the catalogue of known mistakes), stand_ins.py (stand-ins for the parts)."""

@@ -6,6 +6,10 @@ final norms, the judge's own float64 positional table and embedding lookups, a l
 The judge writes its float64 table into the student's `pe` buffer for float64 parity. CATALOGUE
 computes what the known mistakes return; the four parts have stand-ins, so the model is graded on
 its own merits when a part is wrong (the layers themselves are milestone 3's reference).
+
+This module holds the check groups and the helpers that run the student's modules for them; the
+catalogue's computations and the paper's parameter counts are in answers.py, the mistakes in
+mistakes.py, the stand-ins in stand_ins.py.
 """
 from __future__ import annotations
 
@@ -13,12 +17,12 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from autograder.grading.checks import CheckFailed, Tester, group, shape_str, stand_ins
+from autograder.grading.checks import CheckFailed, Tester, group, shape_str
 from autograder.milestones.reference import (
-    D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, layer_fn, model_params, pe_table, ragged_masks,
-    stack_params, sub_params)
+    D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, model_params, pe_table, ragged_masks, stack_params)
+from autograder.milestones.m4 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
+from autograder.milestones.m4.answers import FINAL_NORM_IN_POST_LN, FINAL_NORM_MISSING, PAPER
 from autograder.milestones.m4.mistakes import (
     CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, GRAPH_CUT, LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD,
     NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED, PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT,
@@ -28,168 +32,9 @@ from autograder.milestones.m4.mistakes import (
 PARTS = ("positional_table", "positional_module", "embedding", "stacks")
 
 
-# ---- the positional table -------------------------------------------------------------------
-
-
-CATALOGUE.deviations("pe", pe_table, (
-        ("pe_sin_cos_swapped", "sin and cos are swapped: even columns (2i) hold sines, odd columns (2i + 1) cosines.",
-         {"swap": True}),
-        ("pe_not_interleaved", "the sines fill the first half of the columns and the cosines the second; they are "
-         "interleaved: PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos, the two columns sharing one frequency.",
-         {"concat": True}),
-        ("pe_exponent_i", "the exponent is i / d_model; it is 2i / d_model (the column index of the sine): "
-         "angle = pos / 10000 ** (2i / d_model).", {"exponent": "i"}),
-        ("pe_exponent_per_column", "every column gets its own frequency 10000^(j / d_model); columns 2i and 2i + 1 "
-         "share the frequency 10000^(2i / d_model).", {"exponent": "column"}),
-        ("pe_positions_from_1", "positions start at 1; they start at 0 (row 0 is [0, 1, 0, 1, ...]).", {"start": 1}),
-        ("pe_multiplied", "pos is multiplied by 10000^(2i / d_model); it is divided: pos / 10000^(2i / d_model).",
-         {"multiply": True})))
-
-
 def pe_tolerance(max_len):
     """Per-row tolerance: float32 arithmetic is off by up to 4e-4 at position 5000, and that is allowed."""
     return (2e-6 + 1e-7 * torch.arange(max_len, dtype=torch.float64))[:, None]
-
-
-# ---- the model, as a composition of PyTorch's modules --------------------------------------------
-
-
-# ---- catalogue entries for stacks and the model ---------------------------------------------------
-
-def _stack_variant(**dev):
-    def fn(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
-        if dev.get("extra_norm") and norm_first or dev.get("no_norm") and not norm_first:
-            return None
-        if dev.get("swap_masks"):
-            if memory is None:
-                return None
-            # written out with milestone 3's functional layers, so that it fails the way the student's code
-            # (the course's DecoderLayer) fails when the masks are swapped
-            for i in range(n):
-                x = layer_fn(sub_params(p, f"layers.{i}"), norm_first, activation, x, memory, tgt_mask, src_mask)
-            return F.layer_norm(x, (D,), p["norm.weight"], p["norm.bias"]) if norm_first else x
-        stack = TorchStack(p, side, n, norm_first, activation, x.dtype)
-        return stack(x, memory, src_mask, tgt_mask, **dev).detach()
-    return fn
-
-
-CATALOGUE.entry("stack", "layers_reversed", "the layers run in reverse order; run them in order (layers[0] first).")(
-    _stack_variant(reverse=True))
-FINAL_NORM_IN_POST_LN = CATALOGUE.entry("stack", "final_norm_in_post_ln", "post-LN layers already end with a norm: the stack's final "
-                "LayerNorm belongs to pre-LN only (norm = LayerNorm(d_model) if norm_first else None).")(
-    _stack_variant(extra_norm=True))
-CATALOGUE.entry("stack", "stack_masks_swapped", "src_mask and tgt_mask reach the layers swapped: each "
-                "DecoderLayer takes (x, memory, src_mask, tgt_mask) in that order.")(_stack_variant(swap_masks=True))
-FINAL_NORM_MISSING = CATALOGUE.entry("stack", "final_norm_missing", "pre-LN needs a final LayerNorm after the last layer "
-                "(norm = LayerNorm(d_model) when norm_first), applied in forward.")(_stack_variant(no_norm=True))
-
-
-def _model_variant(**dev):
-    def fn(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None):
-        model = TorchModel(p, n, norm_first, "relu", p["generator.weight"].dtype, max_len)
-        return model(src, tgt, src_mask, tgt_mask, **dev).detach()
-    return fn
-
-
-CATALOGUE.entry("model", "memory_from_embeddings", "the decoder's memory is the source embeddings; it is the "
-                "encoder's output: memory = encoder(pos_encoding(src_embed(src)), src_mask).")(
-    _model_variant(memory_from_embeddings=True))
-CATALOGUE.entry("model", "tgt_mask_dropped", "tgt_mask does not reach the decoder, so each position sees later "
-                "ones: pass it on, decoder(x, memory, src_mask, tgt_mask).")(_model_variant(no_tgt_mask=True))
-CATALOGUE.entry("model", "tgt_with_src_embed", "the target tokens are embedded with src_embed; they use tgt_embed "
-                "(the two vocabularies can differ).")(_model_variant(tgt_with_src_table=True))
-CATALOGUE.entry("model", "embeddings_not_scaled", "the embeddings are not multiplied by sqrt(d_model) before the "
-                "positions are added (TokenEmbedding: embedding(tokens) * math.sqrt(d_model)).")(
-    _model_variant(scale=False))
-
-
-@CATALOGUE.entry("embedding", "embedding_not_scaled", "the embeddings must be multiplied by sqrt(d_model).")
-def _emb_unscaled(weight, tokens):
-    return F.embedding(tokens, weight)
-
-
-@CATALOGUE.entry("embedding", "embedding_divided", "the embeddings are divided by sqrt(d_model); they are "
-                 "multiplied: embedding(tokens) * math.sqrt(d_model).")
-def _emb_divided(weight, tokens):
-    return F.embedding(tokens, weight) / math.sqrt(weight.size(1))
-
-
-@CATALOGUE.entry("positional", "pe_indexed_by_batch", "the table is sliced by the batch size (pe[:x.size(0)]); "
-                 "slice it by the sequence length: x + pe[:x.size(1)].")
-def _pe_by_batch(x, pe):
-    return x + pe[: x.size(0)].unsqueeze(1) if x.size(0) <= pe.size(0) else None
-
-
-@CATALOGUE.entry("positional", "pe_whole_table", "the whole table is added; add only its first L rows: "
-                 "x + pe[:x.size(1)].")
-def _pe_whole(x, pe):
-    return x + pe
-
-
-# ---- stand-ins ------------------------------------------------------------------------------------
-
-def _stand_in_table(max_len, d_model):
-    if d_model % 2:
-        raise ValueError(f"d_model must be even, got {d_model}")
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    angles = pos / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    pe = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).reshape(max_len, d_model)
-    return pe.to(torch.get_default_dtype())
-
-
-class _StandInPositionalEncoding(nn.Module):
-    def __init__(self, d_model, max_len=5000, dropout=0.0):
-        super().__init__()
-        import model as _m      # the student's module: its table function, or its stand-in
-        self.register_buffer("pe", _m.sinusoidal_positional_encoding(max_len, d_model))
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x):
-        if x.size(1) > self.pe.size(0):
-            raise ValueError(f"length {x.size(1)} > max_len {self.pe.size(0)}")
-        return self.drop(x + self.pe[: x.size(1)])
-
-
-class _StandInTokenEmbedding(nn.Module):
-    def __init__(self, vocab_size, d_model):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.scale = math.sqrt(d_model)
-
-    def forward(self, tokens):
-        return self.embedding(tokens) * self.scale
-
-
-class _StandInEncoder(nn.Module):
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
-        super().__init__()
-        from blocks import EncoderLayer, LayerNorm
-        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
-                                    for _ in range(num_layers))
-        self.norm = LayerNorm(d_model) if norm_first else None
-
-    def forward(self, x, src_mask=None):
-        for layer in self.layers:
-            x = layer(x, src_mask)
-        return x if self.norm is None else self.norm(x)
-
-
-class _StandInDecoder(nn.Module):
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
-        super().__init__()
-        from blocks import DecoderLayer, LayerNorm
-        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
-                                    for _ in range(num_layers))
-        self.norm = LayerNorm(d_model) if norm_first else None
-
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)
-        return x if self.norm is None else self.norm(x)
-
-
-stand_ins("m4", sinusoidal_positional_encoding=_stand_in_table, PositionalEncoding=_StandInPositionalEncoding,
-          TokenEmbedding=_StandInTokenEmbedding, Encoder=_StandInEncoder, Decoder=_StandInDecoder)
 
 
 # ---- running the student's modules ----------------------------------------------------------------
@@ -415,9 +260,6 @@ def gradients(t: Tester):
             t.fail(f"No gradient reached `{name}`: the path from it to the logits is cut (.detach(), .data or "
                    f"torch.no_grad() on the way), or it is not used.", GRAPH_CUT)
         t.expect_close(got, w, f"The gradient of `{name}`")
-
-
-PAPER = (63_119_496, 63_121_544, 101_007_496)     # tied post-LN, tied pre-LN, untied post-LN
 
 
 @group("m4", "size_tying", depends=PARTS, style=True)

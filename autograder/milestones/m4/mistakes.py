@@ -1,5 +1,5 @@
 """Milestone 4's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
-computations in checks.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
+computations in answers.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
 declared here. A declaration without text: the check's message says it."""
 from autograder.grading.diagnosis import Catalogue
 

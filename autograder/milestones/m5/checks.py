@@ -6,253 +6,33 @@ and torch.optim.Adam, from the same weights and batch. The student's train_step 
 the worker on the course's reference Transformer (milestone 4), built there by judge recipes; only
 tensors and numbers come back. CATALOGUE names the known mistakes. The loss and the schedule have
 stand-ins, so train_step, evaluate and learning are graded on their own merits when those are wrong.
+
+This module holds the check groups and the helpers that read the worker's replies for them; the judge's
+answers are in answers.py, the recipes sent to the worker in recipes.py, the mistakes in mistakes.py,
+the stand-ins in stand_ins.py.
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
-import torch.nn.functional as F
 
-from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str, stand_ins
-from autograder.milestones.reference import D, TorchModel, by_student_name, model_params, pe_table
+from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str
+from autograder.milestones.reference import D, TorchModel, model_params, pe_table
+from autograder.milestones.m5 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
+from autograder.milestones.m5.answers import (
+    BOS, EOS, MAX_LEN, PAD, UNK, V, _naive_loss, expected_batch, expected_loss, judge_steps, noam)
 from autograder.milestones.m5.mistakes import (
     CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
     EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAPH_CUT, INPUT_MODIFIED,
     LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, MEAN_OF_BATCH_MEANS, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
-    NOAM_STEP_ZERO, OPTIMIZER_KIND, SCHEDULER_VALUES, TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS,
-    TOKENIZER_UNSORTED, TOKENIZER_VOCAB_SIZE, WRONG_LOSS_RETURNED)
-
-# A first optimizer step imports torch's compiler (dynamo), which the fork server skips unless asked: these
-# checks step optimizers in the worker.
-WORKER_PRELOAD = ("torch._dynamo",)
-# judge_steps replays "scheduler before optimizer" on purpose
-warnings.filterwarnings("ignore", message="Detected call of", category=UserWarning)
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-V = 12                       # vocabulary of the judge's models
-MAX_LEN = 16
+    NOAM_STEP_ZERO, OPTIMIZER_KIND, SCHEDULER_VALUES, STEP_DEVIATIONS, TOKENIZER_DECODE, TOKENIZER_ENCODE,
+    TOKENIZER_SPECIALS, TOKENIZER_UNSORTED, TOKENIZER_VOCAB_SIZE, WRONG_LOSS_RETURNED)
+from autograder.milestones.m5.recipes import (  # noqa: F401  (WORKER_PRELOAD: read here by grade.worker_preload)
+    WORKER_PRELOAD, recipe_decode, recipe_evaluate, recipe_learn, recipe_optimizer, recipe_tokenizer, recipe_train)
 
 
-# ---- the judge's answers ------------------------------------------------------------------------
-
-def expected_batch(src_ids, tgt_ids, pad_id=PAD, bos_id=BOS, eos_id=EOS, *, shift=True, bos_out=False,
-                   left=False, tgt_padding_in_mask=True, block_pad_rows=False):
-    """make_batch's contract (or one deviation from it), as plain tensors."""
-    def pad(seqs):
-        n = max(len(s) for s in seqs)
-        rows = [([pad_id] * (n - len(s)) + list(s)) if left else (list(s) + [pad_id] * (n - len(s))) for s in seqs]
-        return torch.tensor(rows, dtype=torch.long)
-    src = pad(src_ids)
-    tgt_in = pad([[bos_id] + list(t) for t in tgt_ids])
-    tgt_out = pad([([bos_id] if bos_out else []) + list(t) + [eos_id] for t in tgt_ids])
-    if not shift:
-        tgt_out = tgt_in.clone()
-    Lt = tgt_in.size(1)
-    tgt_mask = torch.ones(Lt, Lt, dtype=torch.bool).tril().expand(len(tgt_ids), Lt, Lt).clone()
-    if tgt_padding_in_mask:
-        tgt_mask &= (tgt_in != pad_id)[:, None, :]
-    if block_pad_rows:
-        tgt_mask &= (tgt_in != pad_id)[:, :, None]
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "src_mask": (src != pad_id)[:, None, :],
-            "tgt_mask": tgt_mask}
-
-
-def expected_loss(logits, target, smoothing=0.0, pad_id=None):
-    Vv = logits.size(-1)
-    kwargs = {} if pad_id is None else {"ignore_index": pad_id}
-    return F.cross_entropy(logits.reshape(-1, Vv), target.reshape(-1), label_smoothing=smoothing, **kwargs)
-
-
-def noam(step, d_model, warmup, factor=1.0):
-    step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-
-
-# ---- the catalogue ------------------------------------------------------------------------------
-
-def _lp(logits):
-    return logits - torch.logsumexp(logits, -1, keepdim=True)
-
-
-def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad_in_mean=False, reduce="mean",
-                  ignore_smoothing=False, pad_counted=None):
-    Vv = logits.size(-1)
-    lp, t = _lp(logits.reshape(-1, Vv)), target.reshape(-1)
-    keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None or pad_in_mean else t != pad_id
-    counted = keep if pad_counted is None or pad_id is None else torch.ones_like(keep)
-    e = 0.0 if ignore_smoothing else smoothing
-    nll = -lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0]
-    if spread == "V-1" or (spread == "V-2" and pad_id is not None):
-        others = (-lp).sum(1) - nll
-        if spread == "V-2":                      # the Annotated Transformer's: no mass on <pad> either
-            others = others - (-lp[:, pad_id])
-        cost = (1 - e) * nll + e * others / (Vv - 1 if spread == "V-1" else Vv - 2)
-    else:
-        cost = (1 - e) * nll + e * (-lp).mean(1)
-    cost = torch.where(keep, cost, torch.zeros_like(cost))
-    if reduce == "sum":
-        return cost.sum()
-    if reduce == "per_sequence" and target.dim() == 2:
-        k = keep.reshape(target.shape)
-        return (cost.reshape(target.shape).sum(1) / k.sum(1).clamp(min=1)).mean()
-    return cost.sum() / counted.sum()
-
-
-CATALOGUE.deviations("loss", _loss_variant, (
-        ("pad_in_mean", "padded positions count in the mean (their cost is left out of the sum but not of the "
-         "count): divide by the number of non-pad positions.", {"pad_counted": True}),
-        ("smoothing_over_v_minus_1", "the smoothing mass is spread over the V - 1 wrong classes; in this course (as "
-         "in F.cross_entropy's label_smoothing) it is spread over all V classes, the right one included: "
-         "(1 - e) * nll + e * mean over all classes of -log p.", {"spread": "V-1"}),
-        ("smoothing_without_pad_column", "the smoothing mass is spread over the V - 2 classes that are neither the "
-         "right one nor <pad> (the Annotated Transformer's recipe); in this course (as in F.cross_entropy's "
-         "label_smoothing) it is spread over all V classes, <pad> and the right one included: (1 - e) * nll + e * "
-         "mean over all classes of -log p.", {"spread": "V-2"}),
-        ("pad_in_mean", "padded positions count in the mean; average only over the positions whose target is not "
-         "pad_id (sum of their costs / their number).", {"pad_in_mean": True}),
-        ("loss_summed", "the cost is summed over positions; it is the mean over the non-pad positions.",
-         {"reduce": "sum"}),
-        ("mean_of_sequence_means", "the mean is taken per sequence, then over sequences; it is one mean over all "
-         "non-pad positions (sequences with more tokens weigh more).", {"reduce": "per_sequence"}),
-        ("smoothing_ignored", "the `smoothing` argument has no effect: cost = (1 - e) * nll + e * mean over the "
-         "classes of -log p.", {"ignore_smoothing": True})))
-
-
-@CATALOGUE.entry("loss", "loss_overflow", "log(softmax) computed as log(exp(x) / sum exp(x)) overflows for large "
-                 "logits: use logits - torch.logsumexp(logits, -1, keepdim=True).")
-def _naive_loss(logits, target, smoothing=0.0, pad_id=None):
-    Vv = logits.size(-1)
-    e = torch.exp(logits.reshape(-1, Vv))
-    lp = torch.log(e / e.sum(1, keepdim=True))
-    t = target.reshape(-1)
-    keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None else t != pad_id
-    cost = (1 - smoothing) * -lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0] + smoothing * (-lp).mean(1)
-    return torch.where(keep, cost, torch.zeros_like(cost)).sum() / keep.sum()
-
-
-CATALOGUE.deviations("batch", expected_batch, (
-        ("targets_not_shifted", "tgt_out is the same sequence as tgt_in: the decoder must predict the NEXT token, so "
-         "tgt_in = <bos> + target and tgt_out = target + <eos> (teacher forcing with a shift).", {"shift": False}),
-        ("bos_in_tgt_out", "tgt_out starts with <bos>; it is target + <eos> (the prediction at position t is the "
-         "token at t + 1 of tgt_in).", {"bos_out": True}),
-        ("left_padding", "the sequences are padded on the left; pad on the right (the positions then line up with "
-         "the sinusoidal table and the causal mask).", {"left": True}),
-        ("tgt_mask_without_padding", "tgt_mask is causal only: padded target keys must be blocked too, "
-         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"tgt_padding_in_mask": False}),
-        ("pad_rows_blocked", "padded query rows are blocked too; only padded keys (columns) are: "
-         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True})))
-
-
-# ---- stand-ins ----------------------------------------------------------------------------------
-
-def _stand_in_loss(logits, target, smoothing=0.0, pad_id=None):
-    Vv = logits.size(-1)
-    lp = logits.reshape(-1, Vv) - torch.logsumexp(logits.reshape(-1, Vv), -1, keepdim=True)
-    t = target.reshape(-1)
-    keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None else t != pad_id
-    cost = (1 - smoothing) * -lp.gather(1, torch.where(keep, t, 0)[:, None])[:, 0] + smoothing * (-lp).mean(1)
-    return torch.where(keep, cost, torch.zeros_like(cost)).sum() / keep.sum()
-
-
-def _stand_in_noam(step, d_model, warmup_steps, factor=1.0):
-    step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
-
-
-def _stand_in_make_optimizer(model, d_model, warmup_steps, factor=1.0):
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    step = lambda s: factor * d_model ** -0.5 * min(max(s, 1) ** -0.5, max(s, 1) * warmup_steps ** -1.5)  # noqa
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, step)
-
-
-stand_ins("m5", label_smoothed_cross_entropy=_stand_in_loss, noam_lr=_stand_in_noam,
-          make_optimizer=_stand_in_make_optimizer)
-
-
-# ---- recipes: run in the worker, beside the student's code (only their source is sent) -----------
-
-def recipe_tokenizer(texts, probes):
-    import training
-    tok = training.CharTokenizer(texts)
-    out = {name: getattr(tok, name, None) for name in ("pad_id", "bos_id", "eos_id", "unk_id", "vocab_size")}
-    out["encoded"] = [tok.encode(p) for p in probes]
-    return out
-
-
-def recipe_decode(texts, id_lists):
-    import training
-    tok = training.CharTokenizer(texts)
-    return [tok.decode(ids) for ids in id_lists]
-
-
-def recipe_optimizer(d_model, warmup, factor, steps):
-    import torch
-    import training
-    model = torch.nn.Linear(3, 2)
-    opt, sched = training.make_optimizer(model, d_model, warmup, factor)
-    group = opt.param_groups[0]
-    out = {"type": type(opt).__name__, "betas": list(group.get("betas", ())), "eps": group.get("eps"),
-           "base_lr": group.get("initial_lr", group.get("lr")), "same_params": len(group["params"]) == 2,
-           "scheduler": type(sched).__name__, "lrs": [group["lr"]]}
-    for _ in range(steps):
-        opt.step()
-        sched.step()
-        out["lrs"].append(group["lr"])
-    return out
-
-
-def recipe_train(params, table, vocab, layers, batches, steps, optimizer, smoothing, clip_norm, warmup,
-                 stale_grads=False, dropout=0.0, start_eval=True):
-    """The student's train_step on the reference Transformer with the judge's weights."""
-    import torch
-    import training
-    from model import Transformer
-    model = Transformer(vocab, vocab, d_model=8, num_heads=2, num_layers=layers, d_ff=16, dropout=dropout,
-                        max_len=table.size(0)).double()
-    with torch.no_grad():
-        own = dict(model.named_parameters())
-        for k, v in params.items():
-            own[k].copy_(v)
-        model.pos_encoding.pe.copy_(table)
-    if optimizer == "sgd":
-        opt, sched = torch.optim.SGD(model.parameters(), lr=0.1), None
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.05 * min(max(s, 1) ** -0.5, max(s, 1) * warmup ** -1.5))
-    if stale_grads:
-        for p in model.parameters():
-            p.grad = torch.full_like(p, 0.5)
-    if start_eval:
-        model.eval()
-    returned, snapshots = [], []
-    for i in range(steps):
-        value = training.train_step(model, batches[i % len(batches)], opt, 0, sched, smoothing, clip_norm)
-        returned.append(value if isinstance(value, float) else
-                        {"type": type(value).__name__, "requires_grad": bool(getattr(value, "requires_grad", False))})
-        snapshots.append({k: v.detach().clone() for k, v in model.named_parameters()})
-    return {"returned": returned, "params": snapshots, "training": model.training,
-            "lr": opt.param_groups[0]["lr"]}
-
-
-def recipe_evaluate(params, table, vocab, batches, dropout, mode):
-    import torch
-    import training
-    from model import Transformer
-    model = Transformer(vocab, vocab, d_model=8, num_heads=2, num_layers=1, d_ff=16, dropout=dropout,
-                        max_len=table.size(0)).double()
-    with torch.no_grad():
-        own = dict(model.named_parameters())
-        for k, v in params.items():
-            own[k].copy_(v)
-        model.pos_encoding.pe.copy_(table)
-    model.train(mode == "train")
-    value = training.evaluate(model, batches, 0)
-    # Whether it ran with dropout on or built autograd graphs is read from the grader's ledger (dropout
-    # ops, ops that recorded a gradient), never from a hook the student's code could see or skip.
-    return {"value": value if isinstance(value, float) else {"type": type(value).__name__},
-            "modes_after": [m.training for m in model.modules()]}
-
+# ---- reading what came back ---------------------------------------------------------------------------
 
 def dropout_ran(record) -> bool:
     """Did a dropout layer drop anything (a model in training mode)? Seen in the ops that ran: PyTorch's
@@ -260,82 +40,8 @@ def dropout_ran(record) -> bool:
     return any(record["counts"].get(op, 0) for op in ("aten::native_dropout", "aten::bernoulli_"))
 
 
-def recipe_learn(batch, vocab, steps, seed, table):
-    """Train a fresh model with the student's optimizer and train_step; only the weights come back (the
-    judge measures the loss itself, with its own model: evaluate and train_step's returns are not trusted)."""
-    import torch
-    import training
-    from model import Transformer
-    torch.manual_seed(seed)
-    model = Transformer(vocab, vocab, d_model=8, num_heads=2, num_layers=1, d_ff=16, dropout=0.0,
-                        max_len=table.size(0))
-    with torch.no_grad():
-        model.pos_encoding.pe.copy_(table)
-    first = {k: v.detach().clone() for k, v in model.named_parameters()}
-    opt, sched = training.make_optimizer(model, 8, 8, 1.0)
-    for _ in range(steps):
-        training.train_step(model, batch, opt, 0, sched)
-    return {"first": first, "final": {k: v.detach().clone() for k, v in model.named_parameters()}}
-
-
-# ---- the judge's training steps ---------------------------------------------------------------------
-
-def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=None, warmup=4, *, skip_zero=False,
-                zero_late=False, clip_late=False, sched_first=False, loss_on_tgt_in=False, stale=False):
-    """Parameters (student names) after each of `steps` steps of the judge's own train_step, or of a known
-    mistake (skip_zero: gradients never zeroed; zero_late: zeroed after backward; clip_late: clipped after
-    the step; sched_first: scheduler stepped before the optimizer; loss_on_tgt_in: no shift)."""
-    model = TorchModel(p, 1, False, "relu", torch.float64, MAX_LEN)
-    params = list(model.parameters())
-    if optimizer == "sgd":
-        opt, sched = torch.optim.SGD(params, lr=0.1), None
-    else:
-        opt = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.05 * min(max(s, 1) ** -0.5, max(s, 1) * warmup ** -1.5))
-    if stale:
-        for q in params:
-            q.grad = torch.full_like(q, 0.5)
-    out, losses = [], []
-    for i in range(steps):
-        b = batches[i % len(batches)]
-        if not skip_zero and not zero_late:
-            opt.zero_grad()
-        logits = model(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"])
-        loss = expected_loss(logits, b["tgt_in"] if loss_on_tgt_in else b["tgt_out"], smoothing, PAD)
-        loss.backward()
-        if zero_late:
-            opt.zero_grad()
-        if clip_norm is not None and not clip_late:
-            torch.nn.utils.clip_grad_norm_(params, clip_norm)
-        if sched_first and sched is not None:
-            sched.step()
-        opt.step()
-        if clip_norm is not None and clip_late:
-            torch.nn.utils.clip_grad_norm_(params, clip_norm)
-        if sched is not None and not sched_first:
-            sched.step()
-        losses.append(loss.item())
-        out.append(by_student_name(model, p, lambda t: t.detach().clone()))
-    return out, losses
-
-
 def flat(params: dict, names) -> torch.Tensor:
     return torch.cat([params[n].reshape(-1).to(torch.float64) for n in names])
-
-
-STEP_MISTAKES = {
-    "no_zero_grad": ("the gradients are never zeroed, so they pile up across steps: call optimizer.zero_grad() "
-                     "at the start of train_step.", {"skip_zero": True}),
-    "zero_grad_after_backward": ("the gradients are zeroed after backward(), so the optimizer steps on zeros: zero "
-                                 "them before the forward pass.", {"zero_late": True}),
-    "scheduler_before_optimizer": ("scheduler.step() runs before optimizer.step(), so every step uses the next "
-                                   "step's learning rate: step the optimizer first.", {"sched_first": True}),
-    "loss_on_tgt_in": ("the loss compares the logits with tgt_in; the targets are tgt_out (the next tokens).",
-                       {"loss_on_tgt_in": True}),
-    "clip_after_step": ("the gradients are clipped after optimizer.step(), when they no longer matter: clip between "
-                        "backward() and optimizer.step().", {"clip_late": True}),
-}
-STEP_DEVIATIONS = [(CATALOGUE.mistake(k, text), dev) for k, (text, dev) in STEP_MISTAKES.items()]
 
 
 # ---- groups -------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Milestone 5's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
-computations in checks.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
+computations in answers.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
 declared here. A declaration without text: the check's message says it."""
 from autograder.grading.diagnosis import Catalogue
 
@@ -37,3 +37,18 @@ MEAN_OF_BATCH_MEANS = CATALOGUE.mistake(
 NOAM_FACTOR_IGNORED = CATALOGUE.mistake(
     "noam_factor_ignored",
     '`factor` multiplies the whole learning rate.')
+
+# train_step's known mistakes: each is the judge's own training step (answers.judge_steps) with these switches.
+STEP_MISTAKES = {
+    "no_zero_grad": ("the gradients are never zeroed, so they pile up across steps: call optimizer.zero_grad() "
+                     "at the start of train_step.", {"skip_zero": True}),
+    "zero_grad_after_backward": ("the gradients are zeroed after backward(), so the optimizer steps on zeros: zero "
+                                 "them before the forward pass.", {"zero_late": True}),
+    "scheduler_before_optimizer": ("scheduler.step() runs before optimizer.step(), so every step uses the next "
+                                   "step's learning rate: step the optimizer first.", {"sched_first": True}),
+    "loss_on_tgt_in": ("the loss compares the logits with tgt_in; the targets are tgt_out (the next tokens).",
+                       {"loss_on_tgt_in": True}),
+    "clip_after_step": ("the gradients are clipped after optimizer.step(), when they no longer matter: clip between "
+                        "backward() and optimizer.step().", {"clip_late": True}),
+}
+STEP_DEVIATIONS = [(CATALOGUE.mistake(k, text), dev) for k, (text, dev) in STEP_MISTAKES.items()]

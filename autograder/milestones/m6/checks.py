@@ -3,13 +3,17 @@
 The judge decodes with its own code: a plain greedy loop, a sampler replaying the contract's one
 multinomial call per step with the same seed, a beam search kept as Python lists per item, an
 exhaustive search, and its own cached decoder written from the weights. The models are
-- oracles (OracleModel, below): scripted logits, a fixed pseudo-random function of the source, the
-  prefix and the position, with items ending at chosen steps; the same class runs in the worker
+- oracles (OracleModel, in recipes.py): scripted logits, a fixed pseudo-random function of the source,
+  the prefix and the position, with items ending at chosen steps; the same class runs in the worker
   (sent as source) and here, so both sides see the same logits;
 - small random Transformers: milestone 4's reference in the worker, reference.TorchModel (PyTorch's
   layers) here, with the same weights.
 Only tokens, scores, logits, counts and FLOPs come back from the worker. CATALOGUE reproduces the known
 mistakes (each a flag of the judge's own decoders) to name them.
+
+This module holds the check groups and their helpers (the models and inputs they choose, reading and
+judging what came back); the judge's decoders are in answers.py, the recipes sent to the worker in
+recipes.py, the mistakes in mistakes.py, the stand-in in stand_ins.py.
 """
 from __future__ import annotations
 
@@ -17,139 +21,40 @@ import functools
 import math
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from autograder.grading.checks import CheckFailed, NotJudged, Tester, describe, group, shape_str, stand_ins
-from autograder.milestones.reference import D, D_FF, HEADS, TorchModel, model_params, pe_table
+from autograder.grading.checks import CheckFailed, NotJudged, Tester, describe, group, shape_str
+from autograder.milestones.reference import D, D_FF, HEADS, model_params, pe_table
 from autograder.grading.diagnosis import reproducing
+from autograder.milestones.m6 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-in)
+from autograder.milestones.m6.answers import (
+    BOS, EOS, MAX_POS, PAD, V, _SAMPLING_DEVIATIONS, encoding_flops, exhaustive, expected_tokens, filtered_probs,
+    judge_beam, judge_cached_greedy, judge_greedy, judge_sample, step_flops, stepper, uncached_step_flops)
 from autograder.milestones.m6.mistakes import (
-    CATALOGUE, BEAM_ITEMS_MIXED, BOS_MISSING, CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED,
-    NEXT_TOKEN_LOGITS_WRONG, NOT_EVAL_MODE, NO_EARLY_STOP, NUMPY_WORK, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE,
-    SCORES_DTYPE, TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE, TOO_MANY_STEPS)
-
-PAD, BOS, EOS = 0, 1, 2
-V = 9                 # vocabulary of every model here: <pad> <bos> <eos> and six tokens
-MAX_POS = 40          # the random Transformers' positional table
-PRELUDE = "import math\nimport torch\nfrom torch import nn\n"
+    CATALOGUE, BEAM_ITEMS_MIXED, BOS_MISSING, CACHE_NOT_USED, EMPTY_CACHE, GENERATOR_BY_HAND, GRAD_ENABLED,
+    MODE_NOT_RESTORED, NEXT_TOKEN_LOGITS_WRONG, NO_MASK, NO_PAD, NOT_EVAL_MODE, NO_EARLY_STOP, NUMPY_WORK,
+    PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE, SCORES_DTYPE, TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE, TOO_MANY_STEPS,
+    _CACHED_DEVIATIONS)
+from autograder.milestones.m6.recipes import HELPERS, recipe_decode, recipe_next_token_logits, recipe_raises
 
 
-# ---- the oracle: a scripted model (this source also runs in the worker) ---------------------------
+# ---- the models the checks decode with ------------------------------------------------------------
 
-class OracleHead(nn.Module):
-    """The oracle's generator: features [..., 4] (source hash, source length, prefix hash, position)
-    -> logits [..., V]. <pad> and <bos> get -1e4 (never chosen); <eos> gets a bonus once the position
-    reaches the item's source length + eos_after, so items end at different steps."""
-
-    def __init__(self, vocab, seed, scale, src_weight, prefix_weight, eos_after, eos_boost, eos_bias, len_weight):
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.register_buffer("freq", torch.rand(vocab, generator=g, dtype=torch.float64) * 3 + 1)
-        self.register_buffer("phase", torch.rand(vocab, generator=g, dtype=torch.float64) * 6.283)
-        self.register_buffer("pos_freq", torch.rand(vocab, generator=g, dtype=torch.float64) * 2 + 0.5)
-        self.scale, self.src_weight, self.prefix_weight = scale, src_weight, prefix_weight
-        self.eos_after, self.eos_boost, self.eos_bias, self.len_weight = eos_after, eos_boost, eos_bias, len_weight
-
-    def forward(self, h):
-        src_hash, src_len, prefix_hash, pos = h.unbind(-1)
-        s = self.src_weight * src_hash + self.prefix_weight * prefix_hash
-        angle = s[..., None] * self.freq + pos[..., None] * self.pos_freq + self.phase
-        logits = self.scale * torch.sin(angle)
-        ends = (pos + 1 >= self.len_weight * src_len + self.eos_after).to(logits.dtype)
-        eos = logits[..., 2:3] + self.eos_bias + self.eos_boost * ends[..., None]
-        return torch.cat([torch.full_like(logits[..., :2], -1e4), eos, logits[..., 3:]], dim=-1)
+def oracle_spec(**options):
+    return {"kind": "oracle", "options": options}
 
 
-class OracleModel(nn.Module):
-    """encode / decode / generator / forward as milestone 4's Transformer has them. memory carries the
-    source's hash and length; decode's position i carries a hash of the tokens 0..i and i itself."""
-
-    def __init__(self, vocab=9, seed=0, scale=2.0, src_weight=1.0, prefix_weight=1.0, eos_after=0,
-                 eos_boost=0.0, eos_bias=0.0, len_weight=1.0):
-        super().__init__()
-        g = torch.Generator().manual_seed(seed + 7919)
-        self.register_buffer("src_w", torch.rand(64, generator=g, dtype=torch.float64) + 0.5)
-        self.register_buffer("pos_w", torch.rand(64, generator=g, dtype=torch.float64) + 0.5)
-        self.generator = OracleHead(vocab, seed, scale, src_weight, prefix_weight, eos_after, eos_boost, eos_bias,
-                                    len_weight)
-        # A weight of exactly 1: decoding with gradients on builds an autograd graph, as a real model's would.
-        self.gain = nn.Parameter(torch.ones((), dtype=torch.float64))
-
-    def encode(self, src, src_mask=None):
-        keep = torch.ones_like(src, dtype=torch.bool) if src_mask is None else src_mask[:, 0, :]
-        w = self.src_w[: src.size(1)]
-        src_hash = ((src + 1).to(w.dtype) * w * keep).sum(-1)                  # [B]
-        length = keep.sum(-1).to(w.dtype)                                        # [B]
-        return torch.stack([src_hash, length], -1)[:, None, :].expand(src.size(0), src.size(1), 2).clone()
-
-    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
-        B, t = tgt.shape
-        if src_mask is not None:
-            src_mask.expand(B, 1, memory.size(1))                               # as a real model would need
-        w = self.pos_w[:t]
-        prefix = torch.cumsum((tgt + 1).to(w.dtype) * w, dim=1) * self.gain      # [B, t]
-        pos = torch.arange(t, dtype=w.dtype, device=tgt.device).expand(B, t)
-        return torch.cat([memory[:, :1, :].expand(B, t, 2), prefix[..., None], pos[..., None]], dim=-1)
-
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
-        return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
+def transformer_spec(t: Tester, layers, norm_first, eos_bias=0.0, dropout=0.1):
+    p = model_params(t, V, V, layers, norm_first)
+    p["generator.weight"] = p["generator.weight"] * 4.0          # sharper, more varied predictions
+    bias = p["generator.bias"].clone()
+    bias[PAD] = bias[BOS] = -1e4                                # never generated: the format stays unambiguous
+    bias[EOS] = eos_bias
+    p["generator.bias"] = bias
+    return {"kind": "transformer", "params": p, "table": pe_table(MAX_POS, D), "vocab": V, "heads": HEADS,
+            "layers": layers, "d_ff": D_FF, "dropout": dropout, "norm_first": norm_first}
 
 
-# ---- recipes: run in the worker beside the student's decoding.py ---------------------------------
-
-def make_model(spec):
-    """The model a spec describes: an oracle, or the course's Transformer (milestone 4) with given weights."""
-    if spec["kind"] == "oracle":
-        return OracleModel(**spec["options"])
-    from model import Transformer
-    table = spec["table"]
-    model = Transformer(spec["vocab"], spec["vocab"], d_model=table.size(1), num_heads=spec["heads"],
-                        num_layers=spec["layers"], d_ff=spec["d_ff"], dropout=spec["dropout"],
-                        max_len=table.size(0), norm_first=spec["norm_first"]).double()
-    with torch.no_grad():
-        own = dict(model.named_parameters())
-        for k, v in spec["params"].items():
-            own[k].copy_(v)
-        model.pos_encoding.pe.copy_(table)
-    return model
-
-
-def recipe_decode(spec, func, src, src_mask, max_len, kwargs, train=True, gen_seed=None, logits=False):
-    """Run the student's `func` on the model of `spec` (in train mode unless `train` is False). What is seen
-    goes to the grader's ledger, never into anything the student's code can reach: each call of
-    model.generator, seen in its own forward (its rows, whether any module was in training mode, whether
-    gradients were on, with `logits` the logits; the ledger adds the matrix-multiply FLOPs so far), each
-    torch.multinomial call, and for the whole run the ops (dropout ops, ops that built an autograd graph)."""
-    import sys
-    import decoding
-    model = make_model(spec)
-    model.train(train)
-    head = model.generator
-    base = type(head)
-
-    def forward(self, x):
-        out = base.forward(self, x)
-        sys.audit("course.event", {"kind": "generator", "rows": out.size(0) if out.dim() >= 2 else 1,
-                                   "mode": any(m.training for m in model.modules()), "grad": torch.is_grad_enabled(),
-                                   "logits": (out.detach().reshape(-1, out.size(-1)).clone()
-                                              if logits and out.dim() >= 2 else None)})
-        return out
-    head.__class__ = type(base.__name__, (base,), {"forward": forward, "__module__": base.__module__})
-    real, real_method = torch.multinomial, torch.Tensor.multinomial
-
-    def counted(probs, num_samples, *args, **kw):
-        sys.audit("course.event", {"kind": "multinomial", "shape": list(probs.shape), "samples": num_samples})
-        return real(probs, num_samples, *args, **kw)
-    torch.multinomial = counted
-    torch.Tensor.multinomial = lambda self, num_samples, *args, **kw: counted(self, num_samples, *args, **kw)
-    if gen_seed is not None:
-        kwargs = dict(kwargs, generator=torch.Generator().manual_seed(gen_seed))
-    try:
-        result = getattr(decoding, func)(model, src, src_mask, max_len, 1, 2, 0, **kwargs)
-    finally:
-        torch.multinomial, torch.Tensor.multinomial = real, real_method
-    return {"result": result, "modes_after": [m.training for m in model.modules()]}
-
+# ---- reading what came back -----------------------------------------------------------------------
 
 def seen_in(reply) -> dict:
     """What recipe_decode's model saw, from the ledger: rows, modes, gradients, logits and FLOPs so far at
@@ -173,377 +78,6 @@ def seen_in(reply) -> dict:
             seen["multinomial"].append([event["shape"], event["samples"]])
     return seen
 
-
-def recipe_raises(spec, func, src, src_mask, kwargs):
-    """The name of the exception the student's `func` raises with `kwargs` (None when it returns)."""
-    import decoding
-    model = make_model(spec).eval()
-    try:
-        getattr(decoding, func)(model, src, src_mask, 3, 1, 2, 0, **kwargs)
-    except Exception as e:
-        return {"raised": type(e).__name__, "message": str(e)[:200]}
-    return {"raised": None}
-
-
-def recipe_next_token_logits(spec, src, src_mask, ys):
-    """The student's optional helper `_next_token_logits(model, ys, memory, src_mask)`, if it can be called
-    with the stub's arguments."""
-    import decoding
-    fn = getattr(decoding, "_next_token_logits", None)
-    if fn is None:
-        return {"status": "missing"}
-    model = make_model(spec).eval()
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        try:
-            return {"status": "ok", "logits": fn(model, ys, memory, src_mask)}
-        except NotImplementedError:
-            return {"status": "not_implemented"}
-        except Exception as e:
-            return {"status": type(e).__name__}
-
-
-HELPERS = (PRELUDE, OracleHead, OracleModel, make_model)
-
-
-def _stand_in_next_token_logits(model, ys, memory, src_mask):
-    t = ys.size(1)
-    mask = torch.ones(t, t, dtype=torch.bool, device=ys.device).tril()
-    return model.generator(model.decode(ys, memory, src_mask, mask)[:, -1])
-
-
-stand_ins("m6", _next_token_logits=_stand_in_next_token_logits)
-
-
-# ---- the judge's models and decoders --------------------------------------------------------------
-
-def oracle_spec(**options):
-    return {"kind": "oracle", "options": options}
-
-
-def transformer_spec(t: Tester, layers, norm_first, eos_bias=0.0, dropout=0.1):
-    p = model_params(t, V, V, layers, norm_first)
-    p["generator.weight"] = p["generator.weight"] * 4.0          # sharper, more varied predictions
-    bias = p["generator.bias"].clone()
-    bias[PAD] = bias[BOS] = -1e4                                # never generated: the format stays unambiguous
-    bias[EOS] = eos_bias
-    p["generator.bias"] = bias
-    return {"kind": "transformer", "params": p, "table": pe_table(MAX_POS, D), "vocab": V, "heads": HEADS,
-            "layers": layers, "d_ff": D_FF, "dropout": dropout, "norm_first": norm_first}
-
-
-def stepper(spec, src, src_mask, *, causal=True):
-    """step(prefixes [N, t], rows [N]) -> next-token logits [N, V] of the judge's copy of the model."""
-    if spec["kind"] == "oracle":
-        model = OracleModel(**spec["options"]).requires_grad_(False)      # the judge builds no graph
-        memory = model.encode(src, src_mask)
-
-        def step(prefixes, rows):
-            return model.generator(model.decode(prefixes, memory[rows])[:, -1])
-        return step
-    model = TorchModel(spec["params"], spec["layers"], spec["norm_first"], "relu", torch.float64, MAX_POS)
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-
-    def step(prefixes, rows):
-        t = prefixes.size(1)
-        mask = torch.ones(t, t, dtype=torch.bool).tril() if causal else None
-        with torch.no_grad():
-            return model.gen(model.decode(prefixes, memory[rows], src_mask[rows], mask)[:, -1])
-    return step
-
-
-def judge_greedy(step, B, max_len, *, pad_after_eos=True):
-    """(tokens [B, T], steps run, logits per step [B, V])."""
-    ys = torch.full((B, 1), BOS, dtype=torch.long)
-    done = torch.zeros(B, dtype=torch.bool)
-    seen = []
-    for _ in range(max_len):
-        logits = step(ys, torch.arange(B))
-        seen.append(logits)
-        nxt = logits.argmax(-1)
-        if pad_after_eos:
-            nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
-        ys = torch.cat([ys, nxt[:, None]], 1)
-        done = done | (nxt == EOS)
-        if bool(done.all()):
-            break
-    return ys, len(seen), seen
-
-
-def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_ignored=False, temp_multiplied=False,
-                   k_extra=0, drop_crossing=False, p_before_renorm=False, p_unscattered=False, temp_late=False):
-    """The contract's sampling distribution [B, V] (or one known mistake's)."""
-    if temp_late:           # filtered on the raw logits, divided by the temperature only at the end
-        q = filtered_probs(logits, 1.0, top_k, top_p) ** (1.0 / temperature)   # softmax(kept / T)
-        return q / q.sum(-1, keepdim=True)
-    z = logits * temperature if temp_multiplied else logits if temp_ignored else logits / temperature
-    unfiltered = z
-    if top_k is not None:
-        k = min(top_k + k_extra, z.size(-1))
-        kth = z.sort(-1, descending=True).values[:, k - 1:k]
-        z = z.masked_fill(z < kth, float("-inf"))
-    if top_p is not None:
-        probs = torch.softmax(unfiltered if p_before_renorm else z, -1)
-        sorted_p, order = probs.sort(-1, descending=True)
-        before = sorted_p.cumsum(-1) - sorted_p
-        keep_sorted = (sorted_p.cumsum(-1) < top_p) if drop_crossing else (before < top_p)
-        keep_sorted[:, 0] = True
-        keep = keep_sorted if p_unscattered else torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        z = z.masked_fill(~keep, float("-inf"))
-    return torch.softmax(z, -1)
-
-
-def judge_sample(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None, **dev):
-    gen = torch.Generator().manual_seed(seed)
-    ys = torch.full((B, 1), BOS, dtype=torch.long)
-    done = torch.zeros(B, dtype=torch.bool)
-    steps = 0
-    for _ in range(max_len):
-        probs = filtered_probs(step(ys, torch.arange(B)), temperature, top_k, top_p, **dev)
-        nxt = torch.multinomial(probs, 1, generator=gen)[:, 0]
-        steps += 1
-        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
-        ys = torch.cat([ys, nxt[:, None]], 1)
-        done = done | (nxt == EOS)
-        if bool(done.all()):
-            break
-    return ys, steps
-
-
-def gnmt(score, n, alpha):
-    return score / ((5.0 + n) / 6.0) ** alpha
-
-
-def judge_beam(step, B, max_len, K, alpha, *, dup_start=False, extend_finished=False, pad_cost=False,
-               no_norm=False, n_extra=0, eos_uncounted=False, n_counts_pads=False, norm_each_step=False,
-               stop_top=False):
-    """The beam search of the contract with Python lists (or one known mistake): (tokens [B, T], scores [B]).
-    A hypothesis is (tokens, summed log-probability, finished, n). The items move in lockstep, as in a
-    batched search (several mistakes show only through the batch's common number of steps)."""
-    def length(h):
-        n = len(h[0]) - 1 if n_counts_pads else h[3]
-        return n + n_extra - (1 if eos_uncounted and h[2] else 0)
-
-    def final(h):
-        return h[1] if no_norm else gnmt(h[1], length(h), alpha)
-
-    beams = [[([BOS], 0.0, False, 0)] * (K if dup_start else 1) for _ in range(B)]
-    for _ in range(max_len):
-        if all(h[2] for item in beams for h in item):
-            break
-        if stop_top and all(max(item, key=lambda h: h[1])[2] for item in beams):
-            break
-        prefixes = torch.tensor([h[0] for item in beams for h in item])
-        rows = torch.tensor([b for b, item in enumerate(beams) for _ in item])
-        logp = torch.log_softmax(step(prefixes, rows), -1).tolist()
-        j, new = 0, []
-        for item in beams:
-            cands = []
-            for toks, s, fin, n in item:
-                if fin and not extend_finished:
-                    cands.append((toks + [PAD], s + (logp[j][PAD] if pad_cost else 0.0), True, n))
-                else:
-                    cands += [(toks + [v], s + lp, fin or v == EOS, n + (0 if fin else 1)) for v, lp in enumerate(logp[j])]
-                j += 1
-            rank = (lambda c: gnmt(c[1], length(c), alpha)) if norm_each_step else (lambda c: c[1])
-            new.append(sorted(cands, key=rank, reverse=True)[:K])
-        beams = new
-    winners = [max(item, key=final) for item in beams]
-    T = max(len(w[0]) for w in winners)
-    tokens = torch.tensor([w[0] + [PAD] * (T - len(w[0])) for w in winners])
-    return tokens, torch.tensor([final(w) for w in winners], dtype=torch.float64)
-
-
-def exhaustive(step, b, max_len, alpha):
-    """The best hypothesis of item b over every possible output (tiny vocabulary): (tokens, score)."""
-    best = None
-    frontier = [([BOS], 0.0)]
-    for depth in range(1, max_len + 1):
-        logp = torch.log_softmax(step(torch.tensor([f[0] for f in frontier]), torch.full((len(frontier),), b)), -1).tolist()
-        nxt = []
-        for i, (toks, s) in enumerate(frontier):
-            for v, lp in enumerate(logp[i]):
-                h = (toks + [v], s + lp)
-                if v == EOS or depth == max_len:
-                    score = gnmt(h[1], depth, alpha)
-                    if best is None or score > best[1]:
-                        best = (h[0], score)
-                else:
-                    nxt.append(h)
-        frontier = nxt
-    return best
-
-
-def judge_cached_greedy(spec, src, src_mask, max_len, *, exclude_self=False, pe_first_row=False,
-                        pe_next_row=False, no_final_norm=False, raw_keys=False):
-    """The judge's own cached decoder, written from the weights (or one known mistake): (tokens, logits
-    per step). Correct, it gives the plain greedy loop's tokens."""
-    p, n, norm_first, table = spec["params"], spec["layers"], spec["norm_first"], spec["table"]
-    B, dk = src.size(0), D // HEADS
-    judge = TorchModel(p, n, norm_first, "relu", torch.float64, MAX_POS)
-    with torch.no_grad():
-        memory = judge.encode(src, src_mask)
-
-    def lin(x, name):
-        return F.linear(x, p[f"{name}.weight"], p[f"{name}.bias"])
-
-    def norm(x, name):
-        return F.layer_norm(x, (D,), p[f"{name}.weight"], p[f"{name}.bias"])
-
-    def heads(x):
-        return x.reshape(B, -1, HEADS, dk).transpose(1, 2)
-
-    def attend(q, k, v, mask=None):
-        if k.size(2) == 0:
-            return torch.zeros_like(q)
-        s = q @ k.transpose(-1, -2) / math.sqrt(dk)
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        return torch.softmax(s, -1) @ v
-
-    def merge(x):
-        return x.transpose(1, 2).reshape(B, -1, D)
-
-    cross = [(heads(lin(memory, f"decoder.layers.{i}.cross_attn.w_k")),
-              heads(lin(memory, f"decoder.layers.{i}.cross_attn.w_v"))) for i in range(n)]
-    cache = [(memory.new_zeros(B, HEADS, 0, dk), memory.new_zeros(B, HEADS, 0, dk)) for _ in range(n)]
-    ys = torch.full((B, 1), BOS, dtype=torch.long)
-    done = torch.zeros(B, dtype=torch.bool)
-    seen = []
-    for t in range(max_len):
-        row = 0 if pe_first_row else t + 1 if pe_next_row else t
-        x = F.embedding(ys[:, -1:], p["tgt_embed.embedding.weight"]) * math.sqrt(D) + table[row]
-        for i in range(n):
-            L = f"decoder.layers.{i}"
-
-            def self_attention(h, kv_from):
-                q = heads(lin(h, f"{L}.self_attn.w_q"))
-                k, v = heads(lin(kv_from, f"{L}.self_attn.w_k")), heads(lin(kv_from, f"{L}.self_attn.w_v"))
-                old_k, old_v = cache[i]
-                cache[i] = (torch.cat([old_k, k], 2), torch.cat([old_v, v], 2))
-                keys, values = (old_k, old_v) if exclude_self else cache[i]
-                return lin(merge(attend(q, keys, values)), f"{L}.self_attn.w_o")
-
-            def cross_attention(h):
-                q = heads(lin(h, f"{L}.cross_attn.w_q"))
-                return lin(merge(attend(q, *cross[i], src_mask[:, None])), f"{L}.cross_attn.w_o")
-
-            def ffn(h):
-                return lin(torch.relu(lin(h, f"{L}.feed_forward.linear1")), f"{L}.feed_forward.linear2")
-
-            if norm_first:
-                h = norm(x, f"{L}.norm1")
-                x = x + self_attention(h, x if raw_keys else h)
-                x = x + cross_attention(norm(x, f"{L}.norm2"))
-                x = x + ffn(norm(x, f"{L}.norm3"))
-            else:
-                x = norm(x + self_attention(x, x), f"{L}.norm1")
-                x = norm(x + cross_attention(x), f"{L}.norm2")
-                x = norm(x + ffn(x), f"{L}.norm3")
-        if norm_first and not no_final_norm:
-            x = norm(x, "decoder.norm")
-        logits = F.linear(x[:, -1], p["generator.weight"], p["generator.bias"])
-        seen.append(logits)
-        nxt = torch.where(done, torch.full_like(logits[:, 0], PAD, dtype=torch.long), logits.argmax(-1))
-        ys = torch.cat([ys, nxt[:, None]], 1)
-        done = done | (nxt == EOS)
-        if bool(done.all()):
-            break
-    return ys, seen
-
-
-def step_flops(B, t, Ls, layers, d=D, d_ff=D_FF, vocab=V):
-    """Multiply FLOPs of one cached step with t positions cached (the newest included): the newest
-    position's projections, attention over t keys and Ls memory positions, feed-forward, generator."""
-    per_layer = (4 * 2 * B * d * d + 4 * B * t * d          # self-attention: q, k, v, o; scores and sum
-                 + 2 * 2 * B * d * d + 4 * B * Ls * d       # cross-attention: q, o; scores and sum over memory
-                 + 2 * 2 * B * d * d_ff)                    # feed-forward
-    return layers * per_layer + 2 * B * d * vocab
-
-
-def encoding_flops(B, Ls, layers, d=D, d_ff=D_FF):
-    """Multiply FLOPs of the encoder on Ls positions, and of the keys and values of memory that every
-    decoder layer's cross-attention needs (computed once by a cached decoder)."""
-    encoder = layers * (4 * 2 * B * Ls * d * d + 4 * B * Ls * Ls * d + 2 * 2 * B * Ls * d * d_ff)
-    return encoder + layers * 2 * 2 * B * Ls * d * d
-
-
-def uncached_step_flops(B, t, Ls, layers, d=D, d_ff=D_FF, vocab=V):
-    """The same for a decoder run on the whole prefix of t positions (generator on the last one)."""
-    per_layer = (4 * 2 * B * t * d * d + 4 * B * t * t * d                      # self-attention
-                 + 2 * 2 * B * t * d * d + 2 * 2 * B * Ls * d * d + 4 * B * t * Ls * d   # cross: q, o; k, v of memory
-                 + 2 * 2 * B * t * d * d_ff)
-    return layers * per_layer + 2 * B * d * vocab
-
-
-# ---- the catalogue ---------------------------------------------------------------------------------
-
-NO_PAD = CATALOGUE.mistake("no_pad_after_eos", "after a sequence's <eos> the loop keeps appending the model's choices; "
-                           "every later position must be pad_id (keep a `finished` flag per row and write pad_id where it is set).")
-
-_SAMPLING = (
-    ("temperature_ignored", "the temperature has no effect on the distribution: divide the logits by it before the "
-     "softmax (dividing the probabilities after the softmax changes nothing once they are renormalised).",
-     {"temp_ignored": True}),
-    ("temperature_multiplied", "the logits are multiplied by the temperature; divide them by it (a temperature below "
-     "1 sharpens the distribution).", {"temp_multiplied": True}),
-    ("top_k_plus_one", "top-k keeps k + 1 tokens: keep exactly the k largest logits (torch.topk(logits, k)).",
-     {"k_extra": 1}),
-    ("top_k_minus_one", "top-k keeps k - 1 tokens: keep exactly the k largest logits (torch.topk(logits, k)).",
-     {"k_extra": -1}),
-    ("top_p_drops_crossing_token", "top-p drops the token whose probability makes the total cross top_p; it must be "
-     "kept: keep a token when the total of the tokens BEFORE it (in descending order) is < top_p.",
-     {"drop_crossing": True}),
-    ("top_p_before_top_k_renormalised", "top-p is computed on the distribution before top-k; compute it on the "
-     "softmax of what top-k kept (renormalised).", {"p_before_renorm": True}),
-    ("temperature_after_filter", "the temperature is applied after top-k/top-p filtering, so top-p measures the "
-     "untempered distribution; divide the logits by the temperature first, then filter.", {"temp_late": True}),
-    ("top_p_not_scattered_back", "the top-p mask is applied in sorted order to the vocabulary: map it back to "
-     "vocabulary order with the sort's indices (mask.scatter(-1, sorted_indices, keep_sorted)).",
-     {"p_unscattered": True}),
-)
-_SAMPLING_DEVIATIONS = CATALOGUE.deviations("sampling", filtered_probs, _SAMPLING)
-
-CATALOGUE.deviations("beam", judge_beam, (
-        ("duplicate_start_beams", "the search starts with beam_size copies of [<bos>], all at score 0, so the beam "
-         "fills with duplicates; start from one hypothesis: slot 0 at score 0, the others at -inf.",
-         {"dup_start": True}),
-        ("finished_beams_extended", "finished hypotheses keep being extended with real tokens; after <eos> a "
-         "hypothesis may only be extended by pad_id, at no cost (its score stays).", {"extend_finished": True}),
-        ("finished_beams_pay_for_pad", "a finished hypothesis pays log p(<pad>) for its pad; it is extended by "
-         "pad_id at no cost (score unchanged).", {"pad_cost": True}),
-        ("length_penalty_forgotten", "the final choice uses the raw summed log-probability; it uses the normalised "
-         "score sum_logprob / ((5 + n) / 6) ** length_penalty (use length_penalty_score), which is also what "
-         "`scores` returns.", {"no_norm": True}),
-        ("length_counts_bos", "the length n counts <bos>; n is the number of tokens AFTER <bos> up to and "
-         "including the first <eos>.", {"n_extra": 1}),
-        ("length_without_eos", "the length n leaves out <eos>; n counts the tokens after <bos> up to and "
-         "including the first <eos>.", {"eos_uncounted": True}),
-        ("length_counts_pads", "the length n counts the pads after <eos>; n stops at the first <eos> (max_len only "
-         "for a hypothesis that never finished).", {"n_counts_pads": True}),
-        ("normalised_every_step", "the hypotheses are ranked by the normalised score at every step; keep the "
-         "beam_size best by summed log-probability, and normalise only to choose the final result.",
-         {"norm_each_step": True}),
-        ("stops_when_best_finished", "the search stops as soon as the best hypothesis has finished; it goes on "
-         "until every hypothesis has (or max_len steps).", {"stop_top": True})))
-
-_CACHED = (
-        ("cache_without_new_position", "the newest position does not attend to itself: its own key and value must "
-         "be in the cache before it attends (append, then attend over every cached position).",
-         {"exclude_self": True}),
-        ("cached_position_zero", "every new token gets the positional encoding of position 0; the token at "
-         "position t gets model.pos_encoding.pe[t].", {"pe_first_row": True}),
-        ("cached_position_off_by_one", "the new token gets the positional encoding of the next position; the "
-         "token at position t (the <bos> is at 0) gets pe[t].", {"pe_next_row": True}),
-        ("cached_final_norm_missing", "the decoder's final norm (model.decoder.norm, pre-LN) is not applied "
-         "after the last layer.", {"no_final_norm": True}),
-        ("cached_pre_ln_raw_keys", "in pre-LN the new position's keys and values come from the raw stream; they "
-         "come from norm1(x), as its query does.", {"raw_keys": True}))
-_CACHED_DEVIATIONS = [(CATALOGUE.mistake(_id, _text), _dev) for _id, _text, _dev in _CACHED]
-
-
-# ---- reading what came back -----------------------------------------------------------------------
 
 def trimmed(tokens: torch.Tensor) -> torch.Tensor:
     """Without trailing columns that are pad in every row (they carry no meaning)."""
@@ -632,11 +166,6 @@ def sources(t: Tester, lengths, Ls=None):
     return src, keep[:, None, :]
 
 
-GENERATOR_BY_HAND = CATALOGUE.mistake("generator_not_used", "the code reads model.generator's weight or bias instead of "
-                                      "calling it: compute the logits with model.generator(x) (the checks' scripted models "
-                                      "have a generator without a weight, and they watch the steps there).")
-
-
 def decode(t: Tester, spec, func, src, src_mask, max_len, what, train=True, **kw):
     kwargs, also = kw.pop("kwargs", {}), kw.pop("crash", None)
 
@@ -711,10 +240,6 @@ def expect_early_stop(t: Tester, got, what, rows_per_step, steps):
     if ran > steps:
         t.fail(f"{what} ran {ran} decoding steps (seen at model.generator); every sequence had ended after {steps}: "
                f"stop the loop as soon as all of them have produced <eos>.", NO_EARLY_STOP)
-
-
-NO_MASK = CATALOGUE.mistake("no_causal_mask", "the prefix is decoded without the causal mask: pass causal_mask(t) (milestone 1) "
-                            "as tgt_mask to model.decode; with two or more layers the earlier positions otherwise see later tokens.")
 
 
 def blame_helper(t: Tester, failure: CheckFailed):
@@ -1000,11 +525,6 @@ def beam(t: Tester):
 
 # ---- KV cache ------------------------------------------------------------------------------------
 
-EMPTY_CACHE = CATALOGUE.mistake("cache_without_new_position", "at the first step your attention ran over zero keys: the "
-                                "newest position must attend to itself too, so append its key and value to the cache first, then "
-                                "attend over every cached position.")
-
-
 def empty_attention(reply):
     message = reply.get("message") or ""
     return EMPTY_CACHE if ("non-zero size" in message or "of 0 elements" in message) else None
@@ -1083,16 +603,6 @@ def kv_cache(t: Tester):
 # ---- modes and batching ----------------------------------------------------------------------------
 
 FUNCTIONS = ("greedy_decode", "sample_decode", "beam_search", "greedy_decode_cached")
-
-
-def expected_tokens(func, spec, src, src_mask, max_len, gen_seed=0):
-    """What `func` must return (tokens only) with the contract's defaults."""
-    step = stepper(spec, src, src_mask)
-    if func == "beam_search":
-        return judge_beam(step, src.size(0), max_len, 4, 0.6)[0]
-    if func == "sample_decode":
-        return judge_sample(step, src.size(0), max_len, gen_seed)[0]
-    return judge_greedy(step, src.size(0), max_len)[0]
 
 
 def returned_tokens(result):

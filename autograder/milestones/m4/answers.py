@@ -1,0 +1,113 @@
+"""Milestone 4's right answers, as the judge computes them, and the known mistakes it recomputes.
+
+The expected values themselves come from the judge's shared reference (autograder/milestones/reference.py:
+PyTorch's own layers composed into stacks and a Transformer, the float64 positional table). This module
+holds what goes with them: the CATALOGUE entries that reproduce each known mistake of the positional
+table, the positional module, the embedding, the stacks and the model (each the right computation with
+one thing changed), and the parameter counts of the paper's architecture.
+"""
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+
+from autograder.milestones.reference import D, TorchModel, TorchStack, layer_fn, pe_table, sub_params
+from autograder.milestones.m4.mistakes import CATALOGUE
+
+
+# ---- the positional table -------------------------------------------------------------------
+
+
+CATALOGUE.deviations("pe", pe_table, (
+        ("pe_sin_cos_swapped", "sin and cos are swapped: even columns (2i) hold sines, odd columns (2i + 1) cosines.",
+         {"swap": True}),
+        ("pe_not_interleaved", "the sines fill the first half of the columns and the cosines the second; they are "
+         "interleaved: PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos, the two columns sharing one frequency.",
+         {"concat": True}),
+        ("pe_exponent_i", "the exponent is i / d_model; it is 2i / d_model (the column index of the sine): "
+         "angle = pos / 10000 ** (2i / d_model).", {"exponent": "i"}),
+        ("pe_exponent_per_column", "every column gets its own frequency 10000^(j / d_model); columns 2i and 2i + 1 "
+         "share the frequency 10000^(2i / d_model).", {"exponent": "column"}),
+        ("pe_positions_from_1", "positions start at 1; they start at 0 (row 0 is [0, 1, 0, 1, ...]).", {"start": 1}),
+        ("pe_multiplied", "pos is multiplied by 10000^(2i / d_model); it is divided: pos / 10000^(2i / d_model).",
+         {"multiply": True})))
+
+
+# ---- catalogue entries for stacks and the model ---------------------------------------------------
+
+def _stack_variant(**dev):
+    def fn(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+        if dev.get("extra_norm") and norm_first or dev.get("no_norm") and not norm_first:
+            return None
+        if dev.get("swap_masks"):
+            if memory is None:
+                return None
+            # written out with milestone 3's functional layers, so that it fails the way the student's code
+            # (the course's DecoderLayer) fails when the masks are swapped
+            for i in range(n):
+                x = layer_fn(sub_params(p, f"layers.{i}"), norm_first, activation, x, memory, tgt_mask, src_mask)
+            return F.layer_norm(x, (D,), p["norm.weight"], p["norm.bias"]) if norm_first else x
+        stack = TorchStack(p, side, n, norm_first, activation, x.dtype)
+        return stack(x, memory, src_mask, tgt_mask, **dev).detach()
+    return fn
+
+
+CATALOGUE.entry("stack", "layers_reversed", "the layers run in reverse order; run them in order (layers[0] first).")(
+    _stack_variant(reverse=True))
+FINAL_NORM_IN_POST_LN = CATALOGUE.entry("stack", "final_norm_in_post_ln", "post-LN layers already end with a norm: the stack's final "
+                "LayerNorm belongs to pre-LN only (norm = LayerNorm(d_model) if norm_first else None).")(
+    _stack_variant(extra_norm=True))
+CATALOGUE.entry("stack", "stack_masks_swapped", "src_mask and tgt_mask reach the layers swapped: each "
+                "DecoderLayer takes (x, memory, src_mask, tgt_mask) in that order.")(_stack_variant(swap_masks=True))
+FINAL_NORM_MISSING = CATALOGUE.entry("stack", "final_norm_missing", "pre-LN needs a final LayerNorm after the last layer "
+                "(norm = LayerNorm(d_model) when norm_first), applied in forward.")(_stack_variant(no_norm=True))
+
+
+def _model_variant(**dev):
+    def fn(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None):
+        model = TorchModel(p, n, norm_first, "relu", p["generator.weight"].dtype, max_len)
+        return model(src, tgt, src_mask, tgt_mask, **dev).detach()
+    return fn
+
+
+CATALOGUE.entry("model", "memory_from_embeddings", "the decoder's memory is the source embeddings; it is the "
+                "encoder's output: memory = encoder(pos_encoding(src_embed(src)), src_mask).")(
+    _model_variant(memory_from_embeddings=True))
+CATALOGUE.entry("model", "tgt_mask_dropped", "tgt_mask does not reach the decoder, so each position sees later "
+                "ones: pass it on, decoder(x, memory, src_mask, tgt_mask).")(_model_variant(no_tgt_mask=True))
+CATALOGUE.entry("model", "tgt_with_src_embed", "the target tokens are embedded with src_embed; they use tgt_embed "
+                "(the two vocabularies can differ).")(_model_variant(tgt_with_src_table=True))
+CATALOGUE.entry("model", "embeddings_not_scaled", "the embeddings are not multiplied by sqrt(d_model) before the "
+                "positions are added (TokenEmbedding: embedding(tokens) * math.sqrt(d_model)).")(
+    _model_variant(scale=False))
+
+
+# ---- catalogue entries for the embedding and the positional module ----------------------------------
+
+@CATALOGUE.entry("embedding", "embedding_not_scaled", "the embeddings must be multiplied by sqrt(d_model).")
+def _emb_unscaled(weight, tokens):
+    return F.embedding(tokens, weight)
+
+
+@CATALOGUE.entry("embedding", "embedding_divided", "the embeddings are divided by sqrt(d_model); they are "
+                 "multiplied: embedding(tokens) * math.sqrt(d_model).")
+def _emb_divided(weight, tokens):
+    return F.embedding(tokens, weight) / math.sqrt(weight.size(1))
+
+
+@CATALOGUE.entry("positional", "pe_indexed_by_batch", "the table is sliced by the batch size (pe[:x.size(0)]); "
+                 "slice it by the sequence length: x + pe[:x.size(1)].")
+def _pe_by_batch(x, pe):
+    return x + pe[: x.size(0)].unsqueeze(1) if x.size(0) <= pe.size(0) else None
+
+
+@CATALOGUE.entry("positional", "pe_whole_table", "the whole table is added; add only its first L rows: "
+                 "x + pe[:x.size(1)].")
+def _pe_whole(x, pe):
+    return x + pe
+
+
+# ---- the size of the paper's model ------------------------------------------------------------------
+
+PAPER = (63_119_496, 63_121_544, 101_007_496)     # tied post-LN, tied pre-LN, untied post-LN
