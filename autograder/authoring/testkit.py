@@ -3,7 +3,7 @@
 One source for every word a public test and the grader both say:
 - GROUPS: each hidden check group of the milestone with its points and one-line description (course.yaml),
   so a failing public test names the group that would lose points;
-- CAUSES: the likely-cause texts of the grader's mistake catalogue (autograder/milestones/<mid>/checks.py,
+- CAUSES: the likely-cause texts of the grader's mistake catalogue (autograder/milestones/<mid>/,
   `CATALOGUE.mistakes()`), only those the milestone's public tests cite as `cause("id")`: the same
   sentence the student's report would show for that mistake. Texts only: no check code leaves the grader.
 - FORBIDDEN: the forbidden API patterns and their plain words (course.yaml);

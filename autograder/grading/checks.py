@@ -7,9 +7,13 @@ a message written for the student. Nothing in this file is shown to students; on
 
 Rules every milestone gets from here, by construction:
 - A group passes only when the code computes the right values on the inputs it tried.
-- A `style` group (how code is written: loops, forbidden APIs, dtype, in-place) must confirm the
-  values with `t.works` before judging; wrong values or a crash make it "not judged" (0 points),
-  never a verdict on the style itself. A style group that never calls `t.works` is a grader bug.
+- A `style` group (a rule on how code is written: loops, forbidden APIs, dtype, in-place) runs after
+  every group of values and calls `t.works` on its inputs' values before judging (a style group that
+  never does is a grader bug). Wrong values that a failed group of values already charged do not stop
+  it: the rule is judged on what the code computes, and a crash leaves its points alone. It is "not
+  judged" (0 points) when no group of values passed (a file that computes nothing scores 0), when the
+  callable it meets gives right values in no group of values, or when no group of values failed (the
+  failure is then charged here, once). See `Tester._judgeable`.
 - A group that `depends` on groups which failed is run with correct stand-ins for the student
   callables those groups `provide` (see grade.py), so one mistake costs points where it is.
 - Failures carry a `cause` (a catalogue id, see diagnosis.py) so a later group failing for the same
@@ -27,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+
+from autograder.sandbox import protocol
 
 from autograder.grading import diagnosis
 from autograder.sandbox.client import WorkerLost
@@ -85,6 +91,36 @@ class NotJudged(CheckFailed):
     """A style group could not judge: the code crashed or computed wrong values on its inputs."""
 
 
+class ChargedAbove(CheckFailed):
+    """A style group could not judge its rule because of a failure a group of values already charged:
+    it keeps its points (the mistake costs points once, where it is)."""
+
+    def __init__(self, message: str, charged_in: str):
+        super().__init__(message)
+        self.charged_in = charged_in
+
+
+@dataclass(frozen=True)
+class Values:
+    """What the groups of values (every group that is not `style`) found, for a style group's verdict:
+    which passed, each failed one's first line (to recognise the same crash again), and which student
+    callables computed right values somewhere (a rule is judged only for code that does)."""
+    passed: tuple[str, ...] = ()
+    failed: tuple[tuple[str, str], ...] = ()      # (group, first line of its message)
+    working: frozenset = frozenset()   # student callables with right values (or a known mistake's) somewhere
+
+    def charged_in(self, text: str) -> str | None:
+        """The failed group of values whose message starts with the same line as `text`."""
+        first = text.strip().split("\n")[0].rstrip(".")
+        return next((g for g, line in self.failed if line.rstrip(".") == first), None)
+
+
+def _named(what: str) -> list[str]:
+    """The student callables a `what` names: the first word of each `...` (e.g. "`MultiHeadAttention`",
+    "`greedy_decode(model, ...)`")."""
+    return re.findall(r"`(\w+)", what or "")
+
+
 def shape_str(shape) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
@@ -114,8 +150,9 @@ class Session:
 
 class Tester:
     def __init__(self, session: Session, spec: Group, seed: int, module: str, patches: dict | None = None,
-                 failed_above: tuple[str, ...] = ()):
+                 failed_above: tuple[str, ...] = (), values: Values = Values(("?",), ())):
         self.session = session
+        self.values = values               # style groups: what the groups of values found
         self.failed_above = failed_above   # groups this one depends on that failed (their mistake may show here)
         self.spec = spec
         self.milestone = spec.milestone
@@ -123,6 +160,7 @@ class Tester:
         self.module_name = module
         self.patches = patches or {}
         self.verified = 0
+        self.invoked: set[str] = set()  # the student callables this group ran (named in `what` of requests)
         self.blamed: list[str] = []    # student callables this group proved wrong (see blame)
         self.numpy_seen = False        # a measured call made tensors from numpy data (work no op count sees)
         # One generator per group: a group's inputs do not depend on which groups ran before it.
@@ -146,21 +184,22 @@ class Tester:
         return torch.rand(*shape, generator=self.gen) < p
 
     # ---- talking to the worker -------------------------------------------------------
-    def _request(self, message: dict, what: str, allow_error: bool = False, crash=None) -> dict:
-        message["patches"] = [{"module": self.module_name, "name": n, **p} for n, p in self.patches.items()]
+    def _request(self, request: protocol.Request, what: str, allow_error: bool = False, crash=None) -> dict:
+        self.invoked.update(_named(what))
+        request.patches = [{"module": self.module_name, "name": n, **p} for n, p in self.patches.items()]
         worker = self.session.get_worker()
         try:
-            reply = worker.request(message, self.session.probe_timeout)
+            reply = worker.request(request, self.session.probe_timeout)
         except WorkerLost as e:
             tail = worker.output_tail().strip()
             extra = f"\nLast output of your code:\n{tail[-600:]}" if tail and e.kind == "died" else ""
-            self._not_judged_if_style(f"while running {what}, {e.reason}")
+            self._not_judged_if_style(f"while running {what}, {e.reason}", what)
             raise CheckFailed(f"While running {what}, {e.reason}.{extra}") from None
         if (reply.get("record") or {}).get("numpy"):
             self.numpy_seen = True
         if not reply.get("ok") and not allow_error:
             text = student_error(reply, what)
-            self._not_judged_if_style(text.rstrip("."))
+            self._not_judged_if_style(text.rstrip("."), what)
             if reply.get("kind") == "params":
                 raise CheckFailed(text, diagnosis.PARAMETER_NAMES)
             if reply.get("kind") == "shared":
@@ -173,10 +212,28 @@ class Tester:
             raise CheckFailed(text)
         return reply
 
-    def _not_judged_if_style(self, why: str):
+    def _not_judged_if_style(self, why: str, what: str):
+        """A style group whose code crashed cannot judge its rule: see `_judgeable`; when it may go on, its
+        points are kept (the code already loses points in a group of values)."""
         if self.spec.style:
-            raise NotJudged(f"Not judged: this check gives its points only to code that runs and gives the right "
-                            f"values. What happened: {why}")
+            owner = self._judgeable(what, f"What happened here: {why}")
+            raise ChargedAbove(f"Not judged: {why}. Your code already loses points in `{owner}`, so this check "
+                               f"keeps its points; it judges its rule once your code runs here.", owner)
+
+    def _judgeable(self, what: str, happened: str) -> str:
+        """For a style group meeting a crash or wrong values of `what`: the failed group of values that already
+        charges the code, when the rule may be judged regardless; else NotJudged (0 points here)."""
+        if not self.values.passed:
+            raise NotJudged(f"Not judged: no check of values passed, so there is nothing to judge this rule on "
+                            f"(a file that computes nothing scores 0). {happened}")
+        broken = [n for n in _named(what) if n not in self.values.working]
+        if broken:
+            raise NotJudged(f"Not judged: `{broken[0]}` gives the right values in no check of values (nor values a "
+                            f"known mistake explains), so there is nothing of it to judge this rule on. {happened}")
+        if not self.values.failed:
+            raise NotJudged(f"Not judged: this check judges code that runs and gives the right values, and no "
+                            f"check of values found this failure, so it costs points here. {happened}")
+        return self.values.charged_in(happened.split(": ", 1)[-1]) or self.values.failed[0][0]
 
     def call(self, func: str, *args, record=False, grad_args=None, backward=None, return_args=False,
              seed=0, catalogue=None, **kwargs) -> dict:
@@ -187,25 +244,18 @@ class Tester:
         if catalogue is not None:
             def crash(reply):
                 return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args, **kwargs)
-        return self._request({"op": "call", "module": self.module_name, "func": func, "args": list(args),
-                              "kwargs": kwargs, "record": record, "grad_args": grad_args or [],
-                              "backward": backward, "return_args": return_args, "seed": seed}, what, crash=crash)
+        return self._request(protocol.Call(module=self.module_name, func=func, args=list(args), kwargs=kwargs,
+                                           record=record, grad_args=grad_args or [], backward=backward,
+                                           return_args=return_args, seed=seed), what, crash=crash)
 
-    def module(self, cls: str, args=(), kwargs=None, *, calls=(), params=None, train=False, attrs=(),
-               record=False, backward=None, seed=0, dtype=None, allow_error=False, buffers=False,
-               buffers_in=None, param_values=True, device=None, crash=None) -> dict:
-        """Build `cls(*args, **kwargs)` in the worker, load `params` (and `buffers_in`), run `calls`
-        (each {"args", "kwargs", "seed", "method"}); see worker.op_module. `attrs` may be dotted
-        ("self_attn.dropout"). `param_values=False`: parameter shapes only; `device="meta"` builds it without
-        memory when it can (for counting parameters of big models). `crash(reply)`: a Mistake
-        explaining an error the student's code raised, or None."""
-        what = f"`{cls}`"
-        return self._request({"op": "module", "module": self.module_name, "cls": cls, "args": list(args),
-                              "kwargs": kwargs or {}, "params": params, "train": train,
-                              "calls": [dict(c) for c in calls], "attrs": list(attrs), "record": record,
-                              "backward": backward, "seed": seed, "dtype": dtype, "buffers": buffers,
-                              "buffers_in": buffers_in, "param_values": param_values, "device": device},
-                             what, allow_error, crash)
+    def module(self, cls: str, args=(), kwargs=None, *, calls=(), attrs=(), allow_error=False, crash=None,
+               **options) -> dict:
+        """Build `cls(*args, **kwargs)` in the worker and run `calls` on it: the other fields of
+        protocol.Module (params, train, dtype, backward, ...) are keyword `options`. `crash(reply)`: a Mistake
+        explaining an error the student's code raised, or None; `allow_error`: return an error reply."""
+        request = protocol.Module(module=self.module_name, cls=cls, args=list(args), kwargs=kwargs or {},
+                                  calls=[dict(c) for c in calls], attrs=list(attrs), **options)
+        return self._request(request, f"`{cls}`", allow_error, crash)
 
     def run(self, recipe: Callable, *args, what: str, record=False, seed=0, helpers=(), crash=None, **kwargs) -> dict:
         """Run the judge's `recipe` function inside the worker (for objects that must live beside the
@@ -213,9 +263,8 @@ class Tester:
         tensors and plain values only. `helpers`: judge classes/functions (or source strings) defined
         before it, in the same namespace. `crash(reply)`: a Mistake explaining an error, or None."""
         source = "\n\n".join(h if isinstance(h, str) else source_of(h) for h in (*helpers, recipe))
-        reply = self._request({"op": "run", "source": source,
-                               "entry": recipe.__name__, "args": list(args), "kwargs": kwargs,
-                               "record": record, "seed": seed}, what, crash=crash)
+        reply = self._request(protocol.Run(source=source, entry=recipe.__name__, args=list(args), kwargs=kwargs,
+                                           record=record, seed=seed), what, crash=crash)
         reply["value"] = _unwrap(reply.get("value"))      # the recipe's own dicts, as plain dicts again
         return reply
 
@@ -238,7 +287,7 @@ class Tester:
             self.fail(f"{what} should have shape {shape_str(shape)}, but it has shape {shape_str(value.shape)}.")
         if dtype is not None and value.dtype != dtype:
             self.fail(f"{what} should have dtype {dtype_str(dtype)}, but it has dtype {dtype_str(value.dtype)}: keep "
-                      f"the input's dtype.", diagnosis.LOWER_PRECISION if dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
+                      f"the input's dtype.", diagnosis.DTYPE_LOWERED if dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
         return value
 
     def expect_pair(self, value, what: str, names="(output, weights)") -> tuple:
@@ -281,7 +330,8 @@ class Tester:
         cause = self.explain(actual, expected, mistakes, probes, atol, rtol, inputs_dtype)
         if cause is not None:
             raise CheckFailed(f"{message} Likely cause: {cause.text}", cause)
-        raise CheckFailed(message)
+        lost = diagnosis.precision_lost(actual, expected)
+        raise CheckFailed(f"{message} {lost}" if lost else message)
 
     def explain(self, actual, expected, mistakes=(), probes=(), atol=None, rtol=None, inputs_dtype=None):
         """The Mistake that explains `actual`, simplest explanation first; None when nothing does."""
@@ -307,12 +357,11 @@ class Tester:
         return None
 
     def works(self, actual, expected: torch.Tensor, what: str, atol=None):
-        """For style groups: the values must be right before how they are computed is judged."""
+        """For style groups, before judging their rule on these values: wrong values are judged as they are
+        when the code already loses points in a group of values (see `_judgeable`)."""
         self.verified += 1
         if not self.close(actual, expected, atol):
-            raise NotJudged(f"Not judged: {what} does not give the right values on this check's inputs (the "
-                            f"groups above say what is wrong), and this check gives its points only to code "
-                            f"that works.")
+            self._judgeable(what, f"Here {what} does not give the right values.")
 
     def expect_allowed(self, record: dict | None, func: str):
         """Fail if the recorded torch functions / ATen ops / PyTorch modules include a forbidden one."""
@@ -405,6 +454,9 @@ class CheckResult:
     cause: str | None = None     # catalogue id of the named cause, when one was named
     cause_text: str | None = None
     judged: bool = True          # False: a style group that could not judge (code broken)
+    charged_in: str = ""         # the group above that already charged the failure this one met
+    invoked: tuple[str, ...] = field(default=())  # student callables the group ran
+    reproduced: bool = False     # the named cause is a mistake whose own computation the judge ran
     note: str = ""               # e.g. graded with a stand-in for a function that failed above
     stand_ins: tuple[str, ...] = field(default=())
     blamed: tuple[str, ...] = field(default=())   # student callables this group proved wrong

@@ -143,19 +143,43 @@ def relative_error(a: torch.Tensor, e: torch.Tensor) -> float:
 
 
 def lower_precision(actual: torch.Tensor, expected: torch.Tensor, inputs_dtype=None) -> str | None:
-    """A sentence when float64 inputs gave an answer that is only float32-accurate, else None."""
+    """A sentence when float64 inputs gave an answer computed in lower precision, else None. Named only
+    when the answer itself shows it: a float32 dtype, or every value exactly a float32 number (what a
+    computation that ended in float32 returns). A float64 answer that is merely inaccurate (a formula
+    that cancels, part of it in float32) is described by `precision_lost`, without a guess."""
     if (inputs_dtype or expected.dtype) != torch.float64:
         return None
-    if actual.dtype != torch.float64:
-        return (f"the result has dtype {str(actual.dtype).replace('torch.', '')} for float64 inputs: keep the "
-                f"input's dtype (do not call .float() or create float32 tensors inside).")
     a, e = actual.to(torch.float64), expected.to(torch.float64)
     if not (torch.isfinite(a).all() and torch.isfinite(e).all()):
         return None
-    if torch.allclose(a, e, rtol=FLOAT32_REL, atol=FLOAT32_ABS):
-        return ("the values are right only to about 7 digits, as if part of the computation ran in float32: "
-                "keep the input's dtype throughout (a torch.tensor(...) or .float() inside defaults to float32).")
+    if not torch.allclose(a, LOWER_PRECISION(e), rtol=FLOAT32_REL, atol=FLOAT32_ABS):
+        return None          # not the right answer rounded to float32: some other mistake
+    if actual.dtype != torch.float64:
+        return (f"the result has dtype {str(actual.dtype).replace('torch.', '')} for float64 inputs: keep the "
+                f"input's dtype (do not call .float() or create float32 tensors inside).")
+    single = a.to(torch.float32).to(torch.float64)
+    if (torch.equal(single, a)
+            and not torch.equal(e.to(torch.float32).to(torch.float64), e)):
+        return ("every value of the result is a float32 number, so it was computed in float32 and converted "
+                "back: keep the input's dtype throughout (a torch.tensor(...) or .float() inside defaults to "
+                "float32).")
     return None
+
+
+def precision_lost(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """'They agree to about N significant digits...' when a float64 answer is close but not float64-accurate;
+    what the dtype is, when it is not the input's."""
+    if actual.dtype != expected.dtype and actual.is_floating_point():
+        return (f"Your result also has dtype {str(actual.dtype).replace('torch.', '')} where the inputs are "
+                f"{str(expected.dtype).replace('torch.', '')}: keep the input's dtype.")
+    if expected.dtype != torch.float64:
+        return None
+    a, e = actual.to(torch.float64), expected.to(torch.float64)
+    if not (torch.isfinite(a).all() and torch.isfinite(e).all()) or not torch.allclose(a, e, rtol=1e-4, atol=1e-4):
+        return None
+    digits = max(1, int(-torch.log10(torch.tensor(relative_error(a, e) + 1e-300)).item()))
+    return (f"Your values agree with the right ones to only about {digits} significant digits, where a float64 "
+            f"computation gives about 15: a step of your computation loses precision.")
 
 
 def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, rtol: float, loose=True) -> bool:
@@ -174,7 +198,9 @@ def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, 
 
 
 # Mistakes every milestone can show, declared once.
-LOWER_PRECISION = Mistake("lower_precision")       # its text says what the answer showed (see lower_precision)
+# Its computation: the right answer rounded to float32; its text says what the answer showed (see lower_precision).
+LOWER_PRECISION = Mistake("lower_precision", reproduce=lambda right: right.to(torch.float32).to(right.dtype))
+DTYPE_LOWERED = Mistake("lower_precision")        # the same mistake seen in a dtype alone (values not compared)
 DTYPE_CHANGED = Mistake("dtype_changed")
 FORBIDDEN_API = Mistake("forbidden_api")
 PARAMETER_NAMES = Mistake("parameter_names")

@@ -3,14 +3,16 @@
 The judge (this process) never imports student code. A sandboxed worker does (sandbox.Slot); when it
 hangs or dies, the check that was running fails with a message and the next check gets a fresh worker.
 
-How points follow mistakes (the same for every milestone):
+How points follow mistakes (the same for every milestone): one mistake costs points once, where it is.
 - Every group is all or nothing, and passes only when the code gives the right values on its inputs.
 - A group that depends on an earlier group which failed is graded with correct stand-ins for the
   student callables that group judges: a wrong `softmax` is charged in `softmax`, and attention is
   graded on its own merits. The report says which stand-ins were used.
-- Style groups (loops, forbidden APIs, dtype, in-place, errors) are judged only for code that works.
-- A failure whose named cause an earlier group already reported loses its points (the code is wrong
-  there too) but says so in one line instead of repeating the numbers.
+- A group whose failure is reproduced by the same known mistake (its own computation, see
+  diagnosis.py) that an earlier group was charged for keeps its points and says so in one line.
+- Style groups (rules: loops, forbidden APIs, dtype, in-place, errors) run after every group of values
+  and judge the rule on what the code computes (checks.Values): wrong values charged above do not
+  cost their points again, and a file where no group of values passes scores 0 in them too.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 from autograder import config
 from autograder.grading import checks
-from autograder.grading.checks import CheckFailed, CheckResult, Group, NotJudged, Session, Tester
+from autograder.grading.checks import ChargedAbove, CheckFailed, CheckResult, Group, NotJudged, Session, Tester, Values
+from autograder.sandbox import protocol
 from autograder.sandbox.client import Worker, WorkerLost
 from autograder.grading.submission import GradedFile, prepared
 
@@ -90,8 +93,8 @@ class _WorkerPool:
             self.worker = self.factory([self.folder], self.preload)
             self.workers.append(self.worker)
             try:
-                reply = self.worker.request({"op": "import", "modules": list(self.modules),
-                                             "references": list(self.references)}, self.timeout)
+                reply = self.worker.request(protocol.Import(modules=list(self.modules),
+                                                            references=list(self.references)), self.timeout)
             except WorkerLost as e:
                 self.import_lost = WorkerLost(f"importing your file, {e.reason}", e.kind)
                 raise self.import_lost from None
@@ -178,7 +181,9 @@ class Grading:
         return False
 
     def run(self, name: str) -> CheckResult:
-        for dep in run_order([name], self.groups, self.m.checks):
+        spec = self.groups.get(name)
+        first = [g for g in self.m.checks if spec is not None and spec.style and not _is_style(self.groups, g)]
+        for dep in run_order([*first, name], self.groups, self.m.checks):
             if dep not in self.results:
                 self.results[dep] = self._run(dep)
         return self.results[name]
@@ -186,11 +191,12 @@ class Grading:
     def verdict(self, name: str) -> CheckResult:
         """`run(name)`, with the rule on the grader's observers applied: a group they decide is judged only
         after every group ran (evidence found anywhere counts)."""
+        for other in self.m.checks:         # a mistake is charged where it costs most: every group decides
+            self.run(other)
+        _charge_once([self.results[n] for n in self.m.checks])
         spec = self.groups.get(name)
         if spec is None or not spec.observes:
-            return self.run(name)
-        for other in self.m.checks:
-            self.run(other)
+            return self.results[name]
         tamper, unobserved = self.pool.evidence()
         _charge_observers([self.results[name]], self.groups, tamper, unobserved)
         return self.results[name]
@@ -200,19 +206,55 @@ class Grading:
         if time.monotonic() - self.start > self.m.total_timeout:
             return CheckResult(name, points, 0, f"Not run: grading stopped at the total time limit of "
                                                 f"{self.m.total_timeout:g} s.")
-        failed = {r.name: r.blamed for r in self.results.values() if not r.passed}
-        return _run_group(name, points, self.groups.get(name), self.groups, failed, self.session, self.m, self.seed)
+        earlier = list(self.results.values())
+        failed = {r.name: r.blamed for r in earlier if not r.passed or r.charged_in}
+        values = Values(tuple(r.name for r in earlier if r.passed and not r.charged_in
+                              and not _is_style(self.groups, r.name)),
+                        tuple((r.name, r.message.strip().split("\n")[0]) for r in earlier
+                              if not r.passed and not _is_style(self.groups, r.name)),
+                        # right values, or values a known mistake reproduces (charged once, where it is)
+                        frozenset(c for r in earlier if (r.passed and not r.charged_in or r.reproduced)
+                                  and not _is_style(self.groups, r.name) for c in r.invoked))
+        return _run_group(name, points, self.groups.get(name), self.groups, failed, self.session, self.m,
+                          self.seed, values)
 
     def result(self) -> Result:
         for name in self.m.checks:
             self.run(name)
         ordered = [self.results[name] for name in self.m.checks]      # report order: course.yaml's
+        _charge_once(ordered)
         _name_causes_once(ordered)
         tamper, unobserved = self.pool.evidence()
         _charge_observers(ordered, self.groups, tamper, unobserved)
         notes = [self.slot.sandbox.note] if self.slot.sandbox.note else []
         return Result(self.m.id, self.seed, ordered, self.graded, time.monotonic() - self.start, notes,
                       tamper, unobserved)
+
+
+def _is_style(groups: dict[str, Group], name: str) -> bool:
+    return name in groups and groups[name].style
+
+
+def _charge_once(results: list[CheckResult]) -> None:
+    """Failures whose cause is the same known mistake, one that reproduced the answers (it has its own
+    computation), cost points once: in the group worth the most (the first in report order on a tie); the
+    others keep their points and say where it was charged."""
+    by_cause: dict[str, list[CheckResult]] = {}
+    for r in results:
+        if not r.passed and r.cause and r.reproduced and not r.charged_in:
+            by_cause.setdefault(r.cause, []).append(r)
+    for same in by_cause.values():
+        owner = max(same, key=lambda r: r.max_score)       # max keeps the first of equals
+        for r in same:
+            if r is not owner:
+                r.score, r.charged_in = r.max_score, owner.name
+                r.message = f"Same mistake as in `{owner.name}`, charged there (so not here): {r.cause_text}"
+    by_name = {r.name: r for r in results}
+    for r in results:          # a style group kept its points for a failure charged in a group now forgiven
+        owner = by_name.get(r.charged_in)
+        if owner is not None and owner.charged_in and r.cause is None:
+            r.message = r.message.replace(f"`{r.charged_in}`", f"`{owner.charged_in}`")
+            r.charged_in = owner.charged_in
 
 
 def run_order(names, groups: dict[str, Group], known=None) -> list[str]:
@@ -279,7 +321,7 @@ def _patches(spec: Group, groups: dict[str, Group], failed: dict[str, tuple]) ->
             for name in (*groups[dep].provides, *failed[dep]) if name in available}
 
 
-def _run_group(name, points, spec, groups, failed, session, m, seed) -> CheckResult:
+def _run_group(name, points, spec, groups, failed, session, m, seed, values: Values) -> CheckResult:
     t0 = time.monotonic()
     result = CheckResult(name, points, 0)
     if spec is None:
@@ -294,16 +336,19 @@ def _run_group(name, points, spec, groups, failed, session, m, seed) -> CheckRes
         result.stand_ins = tuple(patches)
         result.note = (f"Graded with a correct {callables} in place of yours (yours failed {owners}), so "
                        f"that mistake costs points only once.")
-    tester = Tester(session, spec, seed, m.modules[0], patches, tuple(d for d in spec.depends if d in failed))
+    tester = Tester(session, spec, seed, m.modules[0], patches, tuple(d for d in spec.depends if d in failed), values)
     try:
         spec.fn(tester)
         if spec.style and tester.verified == 0:
             raise AssertionError(f"style group {m.id}/{name} judged without confirming values (t.works)")
         result.score = points
+    except ChargedAbove as e:
+        result.score, result.message, result.judged, result.charged_in = points, str(e), False, e.charged_in
     except NotJudged as e:
         result.message, result.judged = str(e), False
     except CheckFailed as e:
         result.message, result.cause, result.cause_text = str(e), e.cause, e.cause_text
+        result.reproduced = e.mistake is not None and e.mistake.reproduce is not None
     except WorkerLost as e:   # the worker could not start, or died importing the student's file
         result.message = f"Your code could not be run: {e.reason}."
     except Exception:
@@ -311,5 +356,6 @@ def _run_group(name, points, spec, groups, failed, session, m, seed) -> CheckRes
                           "came back). Your instructor can see the details.")
         result.internal_error = traceback.format_exc(limit=4)
     result.blamed = tuple(tester.blamed)
+    result.invoked = tuple(sorted(tester.invoked))
     result.seconds = time.monotonic() - t0
     return result

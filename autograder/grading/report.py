@@ -65,13 +65,20 @@ def _mark(c) -> str:
     return "ok  " if c.passed else ("----" if not c.judged else "FAIL")
 
 
+def _shown(c) -> bool:
+    """Groups whose message the report prints: failed ones, and those that kept their points because the
+    failure they met is charged in another group (the student should know why)."""
+    return not c.passed or bool(c.charged_in)
+
+
 def table(result: Result, who: str = "") -> str:
     width = max(len(c.name) for c in result.checks) if result.checks else 10
     head = f"Milestone {result.milestone}" + (f" - {who}" if who else "") + f" (seed {result.seed})"
     lines = [head, "-" * max(len(head), width + 22)]
     for c in result.checks:
         lines.append(f"{_mark(c)}  {c.name:<{width}}  {c.score:>3} / {c.max_score}"
-                     + ("  (not judged)" if not c.judged else "") + ("  *" if c.stand_ins else ""))
+                     + (f"  (charged in {c.charged_in})" if c.charged_in else "  (not judged)" if not c.judged else "")
+                     + ("  *" if c.stand_ins else ""))
     lines.append(f"{'':4}  {'total':<{width}}  {result.score:>3} / {result.max_score}")
     return clean("\n".join(lines))
 
@@ -83,10 +90,9 @@ def feedback(result: Result) -> str:
     starred = {c.note for c in result.checks if c.stand_ins}
     for note in sorted(starred):
         lines += [""] + textwrap.wrap(f"* {note}", 96, subsequent_indent="  ")
-    failed = [c for c in result.checks if not c.passed]
-    if not failed:
+    if all(c.passed for c in result.checks):
         lines += ["", "Every check passed. Well done!"]
-    for c in failed:
+    for c in filter(_shown, result.checks):
         lines += ["", f"{c.name} ({c.score}/{c.max_score}):"]
         for para in clean(c.message).split("\n"):     # cleaned first: no huge line reaches textwrap
             if para.startswith("  "):          # traceback lines keep their layout
@@ -107,7 +113,7 @@ def gradescope(result: Result) -> dict:
         "visibility": "visible",
         "tests": [
             {"name": c.name, "score": c.score, "max_score": c.max_score,
-             "output": "\n".join(filter(None, [c.message if not c.passed else "Passed.", c.note])),
+             "output": "\n".join(filter(None, [c.message if _shown(c) else "Passed.", c.note])),
              "visibility": "visible"}
             for c in result.checks
         ],

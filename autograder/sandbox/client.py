@@ -75,7 +75,7 @@ class Worker:
             data += chunk
         return data
 
-    def request(self, message: dict | None, timeout: float) -> dict:
+    def request(self, message: "protocol.Request | dict | None", timeout: float) -> dict:
         """Send `message` (None: just read) and return the reply, or raise WorkerLost."""
         try:
             return self._request(message, timeout)
@@ -86,7 +86,7 @@ class Worker:
                                  f"(remove large or looping print calls)", "died") from None
             raise
 
-    def _request(self, message: dict | None, timeout: float) -> dict:
+    def _request(self, message: "protocol.Request | dict | None", timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         try:
             if message is not None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import marshal
+from dataclasses import asdict, dataclass, field
 from functools import cache
+from typing import Any, ClassVar
 
 MAX_FRAME = 512 * 1024 * 1024
 MAC_BYTES = 32
@@ -33,6 +35,78 @@ def _as_int(dtype):
     """The integer dtype a half-precision tensor travels as (numpy has no bfloat16)."""
     torch = _torch()
     return torch.int16 if dtype in (torch.bfloat16, torch.float16) else None
+
+
+# ---- requests (judge -> worker): what worker.py's op_* functions read, one class per op ----------------
+
+@dataclass
+class Request:
+    op: ClassVar[str]
+    patches: list = field(default_factory=list)     # stand-ins: [{"module", "name", "source", "defines"}]
+
+    def message(self) -> dict:
+        return {"op": self.op, **asdict(self)}
+
+
+@dataclass
+class Import(Request):
+    """Import the student's modules (and the course's reference modules, wrapped)."""
+    op: ClassVar[str] = "import"
+    modules: list = field(default_factory=list)
+    references: list = field(default_factory=list)
+
+
+@dataclass
+class Call(Request):
+    """Call `module.func(*args, **kwargs)`; `grad_args`: indices of args that require grad; `backward`: a
+    grad_output for the result; `return_args`: send the arguments back (were they modified?)."""
+    op: ClassVar[str] = "call"
+    module: str = ""
+    func: str = ""
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    record: bool = False
+    grad_args: list = field(default_factory=list)
+    backward: Any = None
+    return_args: bool = False
+    seed: int = 0
+
+
+@dataclass
+class Module(Request):
+    """Build `module.cls(*args, **kwargs)`, load `params` (and `buffers_in`), set `train`, run `calls` (each
+    {"args", "kwargs", "seed", "method"}), read `attrs` (dotted names) after each, backward from the last
+    output with `backward`. `param_values=False`: parameter sizes only; `device="meta"`: built without memory
+    (counting the parameters of big models); `buffers`: send the buffers back."""
+    op: ClassVar[str] = "module"
+    module: str = ""
+    cls: str = ""
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    params: dict | None = None
+    buffers_in: dict | None = None
+    dtype: str | None = None
+    device: str | None = None
+    train: bool = False
+    seed: int = 0
+    calls: list = field(default_factory=list)
+    attrs: list = field(default_factory=list)
+    record: bool = False
+    backward: Any = None
+    buffers: bool = False
+    param_values: bool = True
+
+
+@dataclass
+class Run(Request):
+    """Run the judge's recipe `entry`, defined by `source`, beside the student's code."""
+    op: ClassVar[str] = "run"
+    source: str = ""
+    entry: str = ""
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    record: bool = False
+    seed: int = 0
 
 
 class ForgedReply(Exception):
@@ -69,8 +143,10 @@ def _unpack(x):
     return x
 
 
-def encode(message: dict) -> bytes:
+def encode(message: "dict | Request") -> bytes:
     """A request frame."""
+    if isinstance(message, Request):
+        message = message.message()
     body = marshal.dumps(_pack(message))
     return len(body).to_bytes(4, "big") + body
 

@@ -8,15 +8,9 @@ reference wrappers and stand-ins it does hand over live in namespaces of their o
 Requests arrive on stdin and replies leave on a private copy of stdout, both as frames (protocol.py):
 a request is `marshal` data with tensors as ("__tensor__", dtype, shape, bytes) tuples; a reply is
 sealed by the guard, which adds its ledger. The student's own prints go to stderr, which the judge
-drains. Requests:
-  {"op": "import", "modules", "references"}
-  {"op": "call", "module", "func", "args", "kwargs", "seed", "grad_args", "backward", "return_args"}
-  {"op": "module", "module", "cls", "args", "kwargs", "params", "buffers_in", "dtype", "device", "train",
-   "seed", "calls", "attrs", "backward", "buffers", "param_values"}
-  {"op": "run", "source", "entry", "args", "kwargs", "seed"}: a judge recipe, for objects that must live
-   beside the student's code; `source` defines `entry`, run under a neutral name.
-Every request may carry "patches": [{"module", "name", "source", "defines"}]: a stand-in built from
-PyTorch's own modules replaces the student's `module.name` for that request only.
+drains. Requests are protocol.py's Import, Call, Module and Run (their fields are the keys read here);
+each may carry "patches": stand-ins built from PyTorch's own modules that replace the student's
+`module.name` for that request only. A Run's `source` defines `entry`, run under a neutral name.
 Every student call runs inside a measured window of the guard (ops counted); everything else the
 student's code does during a request is still observed (functions, provenance). Nothing of the
 student's runs outside a request: replies are encoded inside the window, with captured C-level

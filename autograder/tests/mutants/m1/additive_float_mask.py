@@ -1,6 +1,6 @@
 """Mistake: the 0/1 bool mask is converted to float and added to the scores instead of masking.
 
-CATCHES: masking, parity, gradients, dtype_inplace
+CATCHES: masking
 DIAGNOSIS: mask_added
 
 BASE: reference

@@ -1,7 +1,7 @@
 """Mistake: attention casts q, k and v to float32 "to save memory", so float64 inputs lose precision
 (and the output comes back float32).
 
-CATCHES: shapes, masking, parity, gradients, vectorization, from_scratch, dropout
+CATCHES: masking, dropout
 DIAGNOSIS: lower_precision, dtype_changed
 
 BASE: reference

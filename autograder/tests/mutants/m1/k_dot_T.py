@@ -1,6 +1,6 @@
 """Mistake: uses k.T instead of k.transpose(-2, -1); right for 2-D inputs, wrong with batch dims.
 
-CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking, parity, gradients, dropout
 DIAGNOSIS: k_dot_T
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the scores are q @ k with no transpose of k (only runs when Lk == d_k, and is wrong then).
 
-CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking
 DIAGNOSIS: k_not_transposed
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: keys and values are swapped: the scores use v and the output uses k.
 
-CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking
 DIAGNOSIS: keys_values_swapped
 
 BASE: reference

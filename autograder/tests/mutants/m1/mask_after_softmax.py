@@ -1,6 +1,6 @@
 """Mistake: the mask is applied after the softmax (weights zeroed, rows no longer sum to 1).
 
-CATCHES: masking, parity, gradients, dtype_inplace
+CATCHES: masking
 DIAGNOSIS: mask_after_softmax
 
 BASE: reference

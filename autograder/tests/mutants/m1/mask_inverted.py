@@ -1,6 +1,6 @@
 """Mistake: the mask polarity is inverted (blocks the keys where the mask is True).
 
-CATCHES: masking, parity, gradients, vectorization, from_scratch, dtype_inplace
+CATCHES: masking
 DIAGNOSIS: mask_inverted
 
 BASE: reference

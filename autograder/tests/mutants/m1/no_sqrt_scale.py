@@ -3,7 +3,7 @@
 (The stability group does not catch it: with scores around 1e4 the weights are one-hot
 with or without the scaling.)
 
-CATCHES: shapes, masking, parity, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking
 DIAGNOSIS: no_sqrt
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Written blind by an outside tester (from the student folder only): Masks with boolean indexing scores[~mask] = -inf, which needs the mask to have the full scores shape (fails for broadcastable masks like [B, 1, Lk] or [Lq, Lk] with a batch).
 
-CATCHES: masking, parity, gradients, vectorization, from_scratch, dtype_inplace
+CATCHES: masking, parity, gradients
 DIAGNOSIS: bool_index_mask
 
 BASE: reference

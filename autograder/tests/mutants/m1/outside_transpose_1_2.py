@@ -1,6 +1,6 @@
 """Written blind by an outside tester (from the student folder only): Transposes k with k.transpose(1, 2): right for [B, L, d] only, wrong for 2-D or 4-D inputs.
 
-CATCHES: shapes, masking, parity, gradients, vectorization, dropout
+CATCHES: shapes, masking, parity, gradients, dropout
 DIAGNOSIS: transpose_1_2
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the softmax weights are divided by sqrt(d_k) (scaling after the softmax, not before).
 
-CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking
 DIAGNOSIS: scale_after_softmax
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: attention takes the softmax over dim -2 (the queries) instead of over the keys.
 
-CATCHES: shapes, masking, parity, stability, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking
 DIAGNOSIS: softmax_dim
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the scores are divided by sqrt(d_v), the width of the values, instead of sqrt(d_k).
 
-CATCHES: shapes, masking, parity, gradients, vectorization, from_scratch, dtype_inplace, dropout
+CATCHES: masking
 DIAGNOSIS: sqrt_dv
 
 BASE: reference

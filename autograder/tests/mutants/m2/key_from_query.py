@@ -1,6 +1,6 @@
 """Mistake: the keys are projected from the query input (w_k(query)); silent in self-attention.
 
-CATCHES: shapes, parity, head_weights, gradients
+CATCHES: parity
 DIAGNOSIS: key_from_query
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: copy-paste slip: the keys go through w_q (w_k is never used).
 
-CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: parity
 DIAGNOSIS: key_with_w_q
 
 BASE: reference

@@ -1,7 +1,7 @@
 """Mistake: the mask is inverted before attention (~mask), following nn.MultiheadAttention's
 convention (True = blocked) instead of the course's (True = may attend).
 
-CATCHES: parity, head_weights, vectorization
+CATCHES: parity
 DIAGNOSIS: mask_inverted
 
 BASE: reference

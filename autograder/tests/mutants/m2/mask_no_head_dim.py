@@ -1,7 +1,7 @@
 """Mistake: a [B, 1, Lk] / [B, Lq, Lk] mask is passed to attention without a head dimension,
 so it lines up the batch with the heads (silently right when B == 1, an error or wrong rows otherwise).
 
-CATCHES: parity, head_weights, vectorization
+CATCHES: parity
 DIAGNOSIS: mask_no_head_dim
 
 BASE: reference

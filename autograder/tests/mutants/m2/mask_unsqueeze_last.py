@@ -2,7 +2,7 @@
 [B, 1, Lk] key-padding mask becomes [B, 1, Lk, 1] and blocks query rows instead of key columns
 (self-attention with Lq == Lk runs without error, with the padding applied on the queries).
 
-CATCHES: parity, head_weights
+CATCHES: parity
 DIAGNOSIS: mask_unsqueeze_last
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: w_o is created but never applied: forward returns the merged heads directly.
 
-CATCHES: shapes, parity, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: parity
 DIAGNOSIS: no_output_projection
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Written blind by an outside tester (from the student folder only): Scales q by 1/sqrt(d_k) before calling scaled_dot_product_attention, which scales again.
 
-CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: parity
 DIAGNOSIS: scaled_twice
 
 BASE: reference

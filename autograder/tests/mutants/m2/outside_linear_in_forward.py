@@ -1,6 +1,6 @@
 """Written blind by an outside tester (from the student folder only): Creates a fresh nn.Linear for the output projection inside forward (random weights every call) instead of using self.w_o.
 
-CATCHES: shapes, parity, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: shapes, parity, dropout, gradients
 DIAGNOSIS: w_o_never_used, random_forward
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the queries are divided by sqrt(d_model) before attention, which divides by sqrt(d_k) again.
 
-CATCHES: shapes, parity, head_weights, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: parity
 DIAGNOSIS: scaled_by_d_model
 
 BASE: reference

@@ -1,7 +1,7 @@
 """Mistake: the values are projected from the `key` input (w_v(key)) instead of `value`;
 silently right for self-attention and whenever key is value.
 
-CATCHES: shapes, parity, gradients
+CATCHES: parity
 DIAGNOSIS: value_from_key
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: copy-paste slip: the values go through w_k instead of w_v (w_v is never used).
 
-CATCHES: shapes, parity, dropout, gradients, vectorization, from_scratch, init_errors
+CATCHES: parity
 DIAGNOSIS: value_with_w_k
 
 BASE: reference

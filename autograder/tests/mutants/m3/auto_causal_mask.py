@@ -1,6 +1,6 @@
 """Mistake: the decoder adds a causal mask itself when tgt_mask is None.
 
-CATCHES: decoder_layer, dropout, structure, vectorization, from_scratch
+CATCHES: decoder_layer
 DIAGNOSIS: tgt_mask_added
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Written blind from the stub docstrings: LayerNorm takes mean and variance over the whole tensor (x.mean(), x.var()) instead of over the last dimension.
 
-CATCHES: layer_norm, from_scratch
+CATCHES: layer_norm
 DIAGNOSIS: normalises_whole_tensor
 """
 """Milestone 3: the building blocks of the encoder and the decoder.

@@ -1,6 +1,6 @@
 """Mistake: the cross-attention uses the decoder stream for keys and values (cross_attn(x, x, x)).
 
-CATCHES: decoder_layer, gradients, behaviour, dropout, structure, vectorization, from_scratch
+CATCHES: decoder_layer, behaviour
 DIAGNOSIS: cross_kv_from_decoder
 
 BASE: reference

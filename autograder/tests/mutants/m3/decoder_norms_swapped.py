@@ -1,6 +1,6 @@
 """Mistake: the decoder uses norm3 for the cross-attention and norm2 for the feed-forward.
 
-CATCHES: decoder_layer, gradients, behaviour, dropout, structure, vectorization, from_scratch
+CATCHES: decoder_layer
 DIAGNOSIS: norms_swapped
 
 BASE: reference

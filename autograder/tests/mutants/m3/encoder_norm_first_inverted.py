@@ -1,6 +1,6 @@
 """Mistake: the encoder's norm_first test is inverted (post-LN when pre-LN is asked).
 
-CATCHES: encoder_layer, dropout, vectorization
+CATCHES: encoder_layer
 DIAGNOSIS: norm_first_ignored
 
 BASE: reference

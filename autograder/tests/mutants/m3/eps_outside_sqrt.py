@@ -1,6 +1,6 @@
 """Mistake: LayerNorm adds eps to the standard deviation instead of the variance.
 
-CATCHES: layer_norm, from_scratch
+CATCHES: layer_norm
 DIAGNOSIS: eps_outside_sqrt
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the activation is applied after linear2.
 
-CATCHES: feed_forward, dropout
+CATCHES: feed_forward
 DIAGNOSIS: ffn_activation_after_linear2
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the feed-forward network has no activation between its linear layers.
 
-CATCHES: feed_forward, dropout
+CATCHES: feed_forward
 DIAGNOSIS: ffn_no_activation
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: gelu uses the tanh approximation.
 
-CATCHES: feed_forward, dropout
+CATCHES: feed_forward
 DIAGNOSIS: ffn_tanh_gelu
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: pre-LN decoder normalises memory with norm2 too.
 
-CATCHES: decoder_layer, gradients, behaviour, dropout, structure, vectorization
+CATCHES: decoder_layer
 DIAGNOSIS: memory_normalised
 
 BASE: reference

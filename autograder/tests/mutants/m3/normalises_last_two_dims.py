@@ -1,6 +1,6 @@
 """Mistake: LayerNorm takes mean and variance over the last two dimensions (L and d).
 
-CATCHES: layer_norm, from_scratch
+CATCHES: layer_norm
 DIAGNOSIS: normalises_last_two_dims
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: post-LN encoder normalises the sub-layer output instead of the residual sum.
 
-CATCHES: encoder_layer, dropout
+CATCHES: encoder_layer
 DIAGNOSIS: post_ln_norm_on_branch
 
 BASE: reference

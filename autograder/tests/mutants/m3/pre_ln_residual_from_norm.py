@@ -1,6 +1,6 @@
 """Mistake: pre-LN encoder adds the attention output to the normalised stream.
 
-CATCHES: encoder_layer, dropout, vectorization
+CATCHES: encoder_layer
 DIAGNOSIS: pre_ln_residual_from_norm
 
 BASE: reference

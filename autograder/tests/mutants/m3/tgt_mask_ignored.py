@@ -1,6 +1,6 @@
 """Mistake: the decoder self-attention is called without tgt_mask (it can look ahead).
 
-CATCHES: decoder_layer, gradients, behaviour
+CATCHES: decoder_layer, behaviour
 DIAGNOSIS: tgt_mask_ignored
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: LayerNorm uses the unbiased variance (x.var default).
 
-CATCHES: layer_norm, from_scratch
+CATCHES: layer_norm
 DIAGNOSIS: unbiased_variance
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: LayerNorm multiplies by bias and adds weight.
 
-CATCHES: layer_norm, from_scratch
+CATCHES: layer_norm
 DIAGNOSIS: weight_bias_swapped
 
 BASE: reference

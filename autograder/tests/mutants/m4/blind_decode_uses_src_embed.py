@@ -1,6 +1,6 @@
 """Written blind from the stub docstrings: Transformer.decode embeds the target tokens with src_embed instead of tgt_embed (copy-paste from encode).
 
-CATCHES: model, gradients, size_tying, init, behaviour, vectorization, from_scratch
+CATCHES: model
 DIAGNOSIS: tgt_with_src_embed
 
 BASE: reference

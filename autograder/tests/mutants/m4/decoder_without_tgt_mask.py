@@ -1,6 +1,6 @@
 """Mistake: decode() drops tgt_mask, so the decoder can look ahead.
 
-CATCHES: model, gradients, size_tying, init, behaviour, from_scratch
+CATCHES: model, behaviour
 DIAGNOSIS: tgt_mask_dropped, looks_ahead
 
 BASE: reference

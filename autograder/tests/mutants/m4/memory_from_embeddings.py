@@ -1,6 +1,6 @@
 """Mistake: the decoder's memory is the embedded source, not the encoder's output.
 
-CATCHES: model, gradients, size_tying, init, behaviour, vectorization, from_scratch
+CATCHES: model
 DIAGNOSIS: memory_from_embeddings
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the smoothed target distribution is built but the cost uses the plain one-hot target.
 
-CATCHES: loss, from_scratch
+CATCHES: loss
 DIAGNOSIS: smoothing_ignored
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: as in the Annotated Transformer, the smoothing mass goes to the V - 2 classes that are neither the target nor <pad>.
 
-CATCHES: loss, from_scratch
+CATCHES: loss
 DIAGNOSIS: smoothing_without_pad_column
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the loss is the sum of the costs over the non-pad positions, not their mean.
 
-CATCHES: loss, from_scratch
+CATCHES: loss
 DIAGNOSIS: loss_summed
 
 BASE: reference

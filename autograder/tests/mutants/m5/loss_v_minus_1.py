@@ -1,6 +1,6 @@
 """Mistake: label smoothing spreads its mass over the V - 1 wrong classes.
 
-CATCHES: loss, from_scratch
+CATCHES: loss
 DIAGNOSIS: smoothing_over_v_minus_1
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: every beam slot starts at score 0.
 
-CATCHES: beam, batched
+CATCHES: beam
 DIAGNOSIS: duplicate_start_beams
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: greedy_decode loops max_len + 1 times (as if max_len counted the <bos>), so it can generate max_len + 1 tokens.
 
-CATCHES: greedy
+CATCHES: greedy, batched
 DIAGNOSIS: too_many_steps, no_early_stop
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: greedy_decode returns only the generated tokens, dropping the <bos> column.
 
-CATCHES: greedy
+CATCHES: greedy, batched
 DIAGNOSIS: bos_missing
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the helper applies the generator's weights by hand instead of calling model.generator.
 
-CATCHES: greedy, sampling, beam
+CATCHES: greedy, sampling, beam, batched
 DIAGNOSIS: generator_not_used
 
 BASE: reference
