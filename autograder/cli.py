@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                        description="Run `course build`, then `nbgrader generate_assignment` for the milestone, "
                                    "writing the student notebook into assignments/<folder>/.")
     r.add_argument("milestone", help="milestone id from course.yaml, e.g. m1")
+    r.add_argument("--before-deadlines", action="store_true",
+                   help="release although the late window of a milestone this one builds on is still open (its "
+                        "folder holds those milestones' reference solutions): for building and testing only")
     e = sub.add_parser("export-scores", help="write nbgrader's per-check scores of a milestone as CSV",
                        description="One row per student in gradebook.db, one column per graded cell.")
     e.add_argument("milestone", help="milestone id from course.yaml, e.g. m1")
@@ -264,6 +267,15 @@ def _nbgrader(course: config.Course, args) -> int:
         n = nbgrade.write_scores(course, m.id, out, args.db)
         print(f"Wrote {out} ({n} student(s)).")
         return 0
+    open_windows = still_open(course, m)
+    if open_windows and not args.before_deadlines:
+        ends = "; ".join(f"{d}'s ends {course.late_window_end(course.milestone(d)).isoformat(timespec='minutes')}"
+                         for d in open_windows)
+        print(f"course release: assignments/{m.folder}/ holds the reference solutions of {', '.join(open_windows)}, "
+              f"whose late window is still open ({ends}). "
+              f"Students could hand them in as their own. Release after that, or pass --before-deadlines to "
+              f"build the folder anyway (for testing; do not hand it out).", file=sys.stderr)
+        return 1
     build.write(course)
     code = nbgrade.run_nbgrader(course, "generate_assignment", m.folder, "--force")
     problems = [p for p in build.check(course) if m.folder in p]
@@ -271,6 +283,13 @@ def _nbgrader(course: config.Course, args) -> int:
         print(line, file=sys.stderr)
     print(release_warning(course, m) or f"Released assignments/{m.folder}/.")
     return code or (1 if problems else 0)
+
+
+def still_open(course: config.Course, m: config.Milestone, now=None) -> list[str]:
+    """The milestones `m` builds on whose late window has not ended yet (their references are in m's folder)."""
+    import datetime as dt
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return [d.id for d in course.dependencies(m) if (end := course.late_window_end(d)) is not None and end > now]
 
 
 def release_warning(course: config.Course, m: config.Milestone) -> str:

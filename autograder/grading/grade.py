@@ -49,6 +49,7 @@ class Result:
     # see (unobserved): the checks that rest on those observers score 0, and every output flags it.
     tamper: list[str] = field(default_factory=list)
     unobserved: list[str] = field(default_factory=list)
+    written_points: int = 0      # the notebook's written questions: graded by hand, not in this total
 
     @property
     def integrity(self) -> str:
@@ -228,7 +229,7 @@ class Grading:
         _charge_observers(ordered, self.groups, tamper, unobserved)
         notes = [self.slot.sandbox.note] if self.slot.sandbox.note else []
         return Result(self.m.id, self.seed, ordered, self.graded, time.monotonic() - self.start, notes,
-                      tamper, unobserved)
+                      tamper, unobserved, sum(w.points for w in self.m.written))
 
 
 def _is_style(groups: dict[str, Group], name: str) -> bool:

@@ -83,9 +83,18 @@ def table(result: Result, who: str = "") -> str:
     return clean("\n".join(lines))
 
 
+def covers(result: Result) -> str:
+    """What the total is, and what it leaves out."""
+    text = f"This total is the hidden checks of your code ({result.max_score} points)"
+    if result.written_points:
+        text += (f"; the notebook's written questions ({result.written_points} points) are graded by hand "
+                 f"and are not in it")
+    return text + "."
+
+
 def feedback(result: Result) -> str:
     files = ", ".join(f"{f.name} ({f.source})" for f in result.files) or "none"
-    lines = [table(result), "", f"Files graded: {files}"]
+    lines = [table(result), covers(result), "", f"Files graded: {files}"]
     lines += list(result.notes)
     starred = {c.note for c in result.checks if c.stand_ins}
     for note in sorted(starred):
@@ -108,7 +117,7 @@ def gradescope(result: Result) -> dict:
     return cleaned({
         "score": result.score,
         "max_score": result.max_score,
-        "output": f"Milestone {result.milestone}, seed {result.seed}. Files graded: {files}."
+        "output": f"Milestone {result.milestone}, seed {result.seed}. {covers(result)} Files graded: {files}."
                   + "".join(f" {n}" for n in result.notes),
         "visibility": "visible",
         "tests": [

@@ -78,6 +78,20 @@ def test_course_yaml_refuses_a_release_before_a_dependency_closes(tmp_path):
         config.load(tmp_path / "course.yaml")
 
 
+def test_course_release_refuses_while_a_dependency_is_open(monkeypatch, capsys):
+    """m3's folder holds m1's and m2's references: before m2's late window ends, `course release m3` refuses
+    (the students of m2 could hand them in) unless told --before-deadlines."""
+    m3, m2 = COURSE.milestone("m3"), COURSE.milestone("m2")
+    end = COURSE.late_window_end(m2)
+    assert cli.still_open(COURSE, m3, now=end - dt.timedelta(minutes=1)) == ["m2"]
+    assert cli.still_open(COURSE, m3, now=end + dt.timedelta(minutes=1)) == []
+    assert cli.still_open(COURSE, COURSE.milestone("m1"), now=end) == []
+    monkeypatch.setattr(cli, "still_open", lambda course, m, now=None: ["m2"])
+    assert cli.main(["release", "m3"]) == 1
+    err = capsys.readouterr().err
+    assert "late window is still open" in err and "--before-deadlines" in err
+
+
 def test_lms_times_column(tmp_path):
     (tmp_path / "w.csv").write_text("Full name,Last modified (submission)\nabel,2026-09-21T10:00\nbo,\n")
     times = late.read_times(tmp_path / "w.csv", COURSE.tz)
