@@ -242,7 +242,7 @@ def _run_child(ws: _Workspace, iso: _Isolation, job: dict, on_progress=None, tim
     env.update(HOME=home, TMPDIR=home, MPLCONFIGDIR=f"{home}/.mpl")
     cmd = launch.command([str(script), str(ws.modules), str(ws.out)], profile="trainer", limits=TRAIN_LIMITS,
                          env=env, cwd=ws.out, binds=[("ro", ws.modules, ws.modules), ("rw", ws.out, ws.out)],
-                         uid=iso.uid, own=[ws.out], box=iso.box)
+                         uid=iso.uid, own=[ws.out], box=iso.box, landlock=True)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=dict(CHILD_ENV), start_new_session=True)
     tail, stopped, done = bytearray(), [], threading.Event()

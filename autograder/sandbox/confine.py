@@ -294,10 +294,10 @@ def landlock_abi():
     return max(int(version), 0)
 
 
-def restrict_files(readable):
+def restrict_files(readable, writable=()):
     """Let this process (and its children) read and execute files beneath the folders and files of
-    `readable` and touch nothing else on any file system (Landlock). Returns False where the kernel has
-    no Landlock; exits rather than go on half-restricted."""
+    `readable`, do anything beneath the folders of `writable`, and touch nothing else on any file system
+    (Landlock). Returns False where the kernel has no Landlock; exits rather than go on half-restricted."""
     abi = landlock_abi()
     if abi == 0:
         return False
@@ -309,13 +309,13 @@ def restrict_files(readable):
     if ruleset < 0:
         os._exit(EXIT_NOT_CONFINED)
     try:
-        for path in readable:
+        for path, full in [(p, False) for p in readable] + [(p, True) for p in writable]:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue                          # not on this machine: nothing to allow
             try:
-                rights = _READ_RIGHTS if os.path.isdir(path) else (1 << 0) | (1 << 2)
+                rights = handled if full else _READ_RIGHTS if os.path.isdir(path) else (1 << 0) | (1 << 2)
                 rule = struct.pack("=Qi", rights, fd)
                 if libc.syscall(_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), rule,
                                 ctypes.c_uint32(0)) != 0:
@@ -341,15 +341,15 @@ def python_readable():
     return sorted(paths)
 
 
-def confine(limits, uid=None, profile=None, readable=None):
+def confine(limits, uid=None, profile=None, readable=None, writable=()):
     """Limits, then (as root outside a user namespace) the unprivileged `uid`, then (where the kernel has
-    Landlock) files beneath `readable` only, then the syscall filter."""
+    Landlock) files beneath `readable` (read) and `writable` (anything) only, then the syscall filter."""
     set_limits(limits or {})
     if uid is not None:
         drop_to(uid)
     elif os.geteuid() == 0 and capabilities():
         os._exit(EXIT_NOT_CONFINED)      # root with capabilities and nowhere to go: never run student code
     if readable is not None:
-        restrict_files(readable)
+        restrict_files(readable, writable)
     if profile is not None:
         filter_syscalls(profile)

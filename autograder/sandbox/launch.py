@@ -29,7 +29,9 @@ for path in conf.get("own", []):
 os.environ.clear()
 os.environ.update(conf["env"])
 os.chdir(conf["cwd"])
-confine(conf["limits"], conf.get("uid"), conf["profile"])
+files = conf.get("files")
+confine(conf["limits"], conf.get("uid"), conf["profile"],
+        python_readable() + ["/proc/self"] + files["read"] if files else None, files["write"] if files else ())
 exec(conf.get("preamble") or "")
 sys.argv = conf["argv"]
 sys.path[:0] = conf.get("path", [])
@@ -48,11 +50,13 @@ def isolation() -> Sandbox:
 def command(target: list[str], *, profile: str, limits: dict, env: dict, cwd: Path,
             binds: list[tuple[str, Path, Path]], uid: int | None = None, own: list[Path] = (),
             path: list[str] = (), tmp_bytes: int = 256 * 1024 ** 2, box: Sandbox | None = None,
-            preamble: str = "") -> list[str]:
+            preamble: str = "", landlock: bool = False) -> list[str]:
     """argv running `target` confined. `target`: ["-m", "module", args...] or ["script.py", args...].
     `uid`: the unprivileged uid to become when running as root without bubblewrap; `own`: paths given to
     that uid first; `path`: folders put first on sys.path (as `python -m` puts the working folder);
-    `preamble`: code run once confined, before the target."""
+    `preamble`: code run once confined, before the target. `landlock`: without bubblewrap, the `binds`
+    are also the only files the process may touch (Landlock, where the kernel has it): "ro" ones read,
+    "rw" ones read and written, besides the Python install."""
     box = box or isolation()
     module = target[1] if target[0] == "-m" else None
     argv = [target[1], *target[2:]] if module else list(target)
@@ -63,6 +67,10 @@ def command(target: list[str], *, profile: str, limits: dict, env: dict, cwd: Pa
     if box.isolated:
         prefix = bwrap.command(binds, str(cwd), tmp_bytes=tmp_bytes)
         prefix += ["--clearenv"] + [a for k, v in env.items() for a in ("--setenv", k, v)]
-    elif os.geteuid() == 0:
-        conf.update(uid=uid, own=[str(p) for p in own], reach=True)
+    else:
+        if os.geteuid() == 0:
+            conf.update(uid=uid, own=[str(p) for p in own], reach=True)
+        if landlock:
+            conf["files"] = {"read": [str(src) for kind, src, _ in binds if kind == "ro"],
+                             "write": [str(src) for kind, src, _ in binds if kind == "rw"]}
     return [*prefix, sys.executable, "-I", "-B", "-c", LAUNCHER, json.dumps(conf)]

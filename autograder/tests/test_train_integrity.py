@@ -34,6 +34,7 @@ from autograder.capstone import train
 from autograder.sandbox import bwrap
 
 COURSE = config.load()
+ROOT = COURSE.root
 # A few steps of a small model: an untrained model's figures (about 0% exact match) in seconds.
 TINY = {"steps": 4, "eval_every": 4, "d_model": 32, "heads": 2, "layers": 1, "d_ff": 64, "batch": 16,
         "warmup": 10, "n_train": 400, "n_val": 40, "n_test": 60, "threads": 1, "beam": 2}
@@ -292,6 +293,36 @@ def test_student_code_never_runs_as_root_nor_with_a_capability(tmp_path, mode):
         assert who["uid"] == [train.TRAIN_UID] * 4, who
     if mode == "bwrap":
         assert who["uid"][0] == bwrap.SANDBOX_UID, who
+
+
+READ_DATA = '''
+
+# --- hostile: read what the trainer must not see (the course's data with the test references, the grader) ---
+def _try(path):
+    try:
+        with open(path, "rb") as f:
+            return "read %d bytes" % len(f.read(64))
+    except OSError as e:
+        return "refused: %s" % type(e).__name__
+
+
+raise RuntimeError("READ " + __import__("json").dumps({p: _try(p) for p in PATHS}))
+'''
+
+
+def test_the_trainer_reads_neither_the_shipped_data_nor_the_grader(tmp_path, mode):
+    """The test references of the capstone's data and the grader's source are readable by any user on this
+    machine: the trainer's student code must still not read them (bubblewrap binds, or Landlock)."""
+    from autograder.sandbox.slot import files_restricted
+    if mode == "rlimits" and not files_restricted():
+        pytest.skip("no Landlock on this kernel: without bubblewrap files are not isolated (train says so)")
+    data = sorted((ROOT / "autograder" / "capstone" / "data").glob("*.gz"))[0]
+    paths = [str(data), str(ROOT / "autograder" / "grading" / "grade.py"), str(ROOT / "course.yaml")]
+    folder = student(tmp_path / "mine", attention=f"\nPATHS = {paths!r}\n" + READ_DATA)
+    with pytest.raises(train.TrainError, match="READ") as e:
+        train.train(COURSE, folder, tmp_path / "out", TINY, stream=io.StringIO(), **unsafe_if_needed(mode))
+    seen = json.loads(re.search(r"READ (\{.*?\})", str(e.value)).group(1))
+    assert all(v.startswith("refused") for v in seen.values()), seen
 
 
 # ---- 4. no isolation at all: refuse student files unless told ---------------------------------------
