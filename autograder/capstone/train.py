@@ -44,6 +44,7 @@ from pathlib import Path
 
 from autograder import config
 from autograder.authoring import markers
+from autograder.capstone import progress
 from autograder.grading.submission import SubmissionError, read_submitted
 from autograder.sandbox import launch, slot
 
@@ -465,12 +466,10 @@ def _score(child: dict, conf: dict, tok, test: list[tuple[str, str]], longest: i
 
 # ---- course train ---------------------------------------------------------------------------------
 
-def _bar(p: dict, width: int = 24) -> str:
-    done = p["step"] / p["steps"]
-    left = (p["steps"] - p["step"]) * p["elapsed"] / max(p["step"], 1)
+def _bar(p: dict) -> str:
     extra = f"  val {p['val_em']:.1%}" if "val_em" in p else ""
-    return (f"\r[{'#' * round(width * done):<{width}}] step {p['step']}/{p['steps']}  loss {p['loss']:.4f}  "
-            f"{p['tok_s']:,.0f} tok/s  ~{int(left // 60)}:{int(left % 60):02d} left at most{extra}   ")
+    return progress.line(p["step"], p["steps"], p["elapsed"], f"step {p['step']}/{p['steps']}  loss {p['loss']:.4f}  "
+                         f"{p['tok_s']:,.0f} tok/s{extra}", left="left at most")
 
 
 def train(course: config.Course, source: Path | None, out: Path, overrides: dict | None = None,

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from autograder import config
+from autograder.capstone import progress
 from autograder.capstone import train as T
 from autograder.capstone import translation as W
 
@@ -49,12 +50,11 @@ def _job(conf: dict):
     return splits, tok, job
 
 
-def _bar(p: dict, val_bleu, width: int = 24) -> str:
-    done = min(p["elapsed"] / max(p["budget"], 1e-9), 1.0)
-    left = max(p["budget"] - p["elapsed"], 0)
+def _bar(p: dict, val_bleu) -> str:
+    """The time budget is the bar: `course translate` trains for a fixed number of minutes."""
     extra = f"  val BLEU {val_bleu:.1f}" if val_bleu is not None else ""
-    return (f"\r[{'#' * round(width * done):<{width}}] step {p['step']}  loss {p['loss']:.3f}  "
-            f"{p['tok_s']:,.0f} tok/s  {int(left // 60)}:{int(left % 60):02d} left{extra}   ")
+    return progress.line(p["elapsed"], max(p["budget"], 1e-9), p["elapsed"],
+                         f"step {p['step']}  loss {p['loss']:.3f}  {p['tok_s']:,.0f} tok/s{extra}")
 
 
 def _plot(losses, vals, minutes) -> bytes | None:
