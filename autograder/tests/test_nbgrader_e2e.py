@@ -14,6 +14,7 @@ deletes only inside a course copy under the temp folder that carries the marker 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import hashlib
 import importlib.util
 import json
@@ -393,6 +394,41 @@ def test_export_per_check_scores(course):
     run(root, PY, "-m", "nbgrader", "export", "--to", "all")
     header = next(csv.reader((root / "all-m2_multihead.csv").open()))
     assert header[:1 + len(M2_CHECKS)] == ["student_id", *M2_CHECKS]
+
+
+def test_hand_grades_and_the_batch_route_meet_in_one_gradebook(course, tmp_path):
+    """A term's second route, for real: written answers graded by hand in nbgrader's gradebook (where Formgrader
+    stores them), exported by `course export-scores`, joined with a `grade-class` run of the same students'
+    code in one gradebook; both routes agree on the autograded points."""
+    from nbgrader.api import Gradebook
+    from autograder import config
+    from autograder.integrations import gradebook
+    from autograder.integrations.batch.run import grade_class
+    root, _, _ = course
+    cfg = config.load(root / "course.yaml")
+    m = cfg.milestone("m1")
+    hand = {"m1_correct": {w.id: w.points for w in m.written},
+            "m1_partly": {w.id: max(w.points - 1, 0) for w in m.written}}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for student, marks in hand.items():
+            for qid, score in marks.items():
+                grade = gb.find_grade(qid, m.folder, m.folder, student)
+                grade.manual_score, grade.needs_manual_grade = score, False     # what Formgrader's save does
+        gb.db.commit()
+    run(root, PY, "-m", "autograder.cli", "export-scores", "m1", "-o", "m1-hand.csv")
+    for student in hand:
+        (tmp_path / "class" / student).mkdir(parents=True)
+        shutil.copy(root / "submitted" / student / m.folder / "attention.py", tmp_path / "class" / student)
+        on_time = (m.due - dt.timedelta(days=1)).timestamp()           # handed in a day before the deadline
+        os.utime(tmp_path / "class" / student / "attention.py", (on_time, on_time))
+    grade_class(tmp_path / "class", "m1", tmp_path / "graded", jobs=1, course=cfg, progress=False)
+    book = {r["student"]: r for r in gradebook.rows(gradebook.build([tmp_path / "graded", root / "m1-hand.csv"], cfg))}
+    for student, marks in hand.items():
+        row = book[student]
+        assert row["m1 written"] == sum(marks.values()), row
+        assert "routes disagree" not in row["m1 flags"] and "needs manual grading" not in row["m1 flags"], row
+    assert book["m1_correct"]["m1 autograded"] == 20 and book["m1_partly"]["m1 autograded"] == 18
+    assert book["m1_correct"]["m1 total"] == 20 + sum(hand["m1_correct"].values())
 
 
 FORBIDDEN_IN_FEEDBACK = ["HIDDEN TESTS", "run_check", "find_spec", "autograder.integrations.nbgrade", "INSTRUCTOR",
