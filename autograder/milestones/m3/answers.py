@@ -5,7 +5,10 @@ the same random weights as the student's, and CATALOGUE's computations of what e
 be named."""
 from __future__ import annotations
 
-from autograder.milestones.reference import feed_forward_fn, layer_fn, layer_norm_fn, torch_layer, torch_mask
+import torch
+
+from autograder.milestones.reference import (
+    attention_fn, feed_forward_fn, layer_fn, layer_norm_fn, sub_params, torch_layer, torch_mask)
 from autograder.milestones.m3.mistakes import CATALOGUE
 
 
@@ -70,8 +73,24 @@ LN_MISTAKES = {
 }
 for _id, (_text, _dev) in LN_MISTAKES.items():
     CATALOGUE.entry("layer_norm", _id, _text)(
-        lambda x, w, b, _dev=_dev: layer_norm_fn(x, w, b, **_dev) if _dev.get("dims") == "all" or max(
+        lambda x, w, b, eps=1e-5, _dev=_dev: layer_norm_fn(x, w, b, eps, **_dev) if _dev.get("dims") == "all" or max(
             map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
+
+
+@CATALOGUE.entry("layer_norm", "eps_ignored", "the `eps` given to the constructor is not used (1e-5 is used "
+                 "whatever eps says): store it (self.eps = eps) and add self.eps inside the square root.")
+def _ln_eps_ignored(x, w, b, eps=1e-5):
+    return layer_norm_fn(x, w, b, 1e-5) if eps != 1e-5 else None
+
+
+@CATALOGUE.entry("layer_norm", "variance_by_moments", "the variance is computed as E[x^2] - E[x]^2: when the "
+                 "mean is large compared with the spread, the two terms are nearly equal and their difference "
+                 "keeps few correct digits (catastrophic cancellation), even in float64. Compute it as the mean of "
+                 "the squared deviations: ((x - mean) ** 2).mean(-1, keepdim=True).")
+def _ln_variance_by_moments(x, w, b, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(var + eps) * w + b
 
 
 FF_MISTAKES = {
@@ -119,6 +138,33 @@ DECODER_MISTAKES = {
                        "no mask (the caller passes the causal mask; none is added inside the layer).",
                        {"auto_causal": True}),
 }
+
+
+@CATALOGUE.entry("encoder", "activation_not_passed", "the layer builds its feed_forward without `activation`, "
+                 "so it always uses FeedForward's default relu: FeedForward(d_model, d_ff, dropout, activation).")
+def _encoder_activation_not_passed(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+    return layer_fn(p, norm_first, "relu", x, memory, src_mask, tgt_mask) if activation != "relu" else None
+
+
+CATALOGUE.entry("decoder", "activation_not_passed", _encoder_activation_not_passed.text)(
+    _encoder_activation_not_passed.reproduce)
+
+
+@CATALOGUE.entry("decoder", "cross_kv_from_decoder", DECODER_MISTAKES["cross_kv_from_decoder"][0])
+def _cross_kv_from_decoder_masked(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+    """The same mistake written with the source mask kept, cross_attn(x, x, x, src_mask): a source mask of
+    length Ls cannot mask Lt keys, so it raises inside the attention when Ls != Lt (see Catalogue.raising)."""
+    if memory is None or src_mask is None:
+        return None               # without a source mask: the entry of DECODER_MISTAKES
+    ff = sub_params(p, "feed_forward")
+    subs = (lambda h: attention_fn(p, "self_attn", h, h, h, tgt_mask),
+            lambda h: attention_fn(p, "cross_attn", h, h, h, src_mask),
+            lambda h: feed_forward_fn(ff, h, activation))
+    for n, sub in enumerate(subs, 1):
+        def norm(h, n=n):
+            return layer_norm_fn(h, p[f"norm{n}.weight"], p[f"norm{n}.bias"])
+        x = x + sub(norm(x)) if norm_first else norm(x + sub(x))
+    return x
 
 
 def _register_layers():

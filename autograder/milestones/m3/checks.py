@@ -18,15 +18,17 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from autograder.grading.checks import Tester, group, shape_str
+from autograder.grading.checks import TOLERANCES, CheckFailed, Tester, group, shape_str
+from autograder.grading.diagnosis import matches, reproducing, same_error
 from autograder.milestones.reference import HEADS, feed_forward_fn, layer_params, ragged_masks, sub_params
 from autograder.milestones.m3 import stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m3.answers import expected_layer, through_norms
 from autograder.milestones.m3.mistakes import (
-    CATALOGUE, NEVER_USED, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED, ATTENTION_DROPOUT_MISSING,
-    BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION,
-    FFN_DROPOUT_MISPLACED, FFN_NO_DROPOUT, GRAPH_CUT, LAYER_NORM_INIT, LOOKS_AHEAD, NO_RESIDUAL_DROPOUT,
-    NORM_FIRST_ATTRIBUTE, PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE, SUBMODULE_KINDS)
+    CATALOGUE, NEVER_USED, ACTIVATION_CASE, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED,
+    ATTENTION_DROPOUT_MISSING, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION,
+    FFN_DROPOUT_MISPLACED, FFN_DROPOUT_NOT_PASSED, FFN_NO_DROPOUT, GRAPH_CUT, INPUT_MODIFIED, LAYER_NORM_INIT,
+    LOOKS_AHEAD, NO_RESIDUAL_DROPOUT, NORM_FIRST_ATTRIBUTE, PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE,
+    SUBMODULE_KINDS)
 
 PARTS = ("layer_norm", "feed_forward")        # what every layer group depends on
 
@@ -44,6 +46,35 @@ def never_used(grads: dict | None, names=("self_attn", "cross_attn", "feed_forwa
     return None
 
 
+def inputs_kept(t: Tester, reply, cls: str, names, values, what: str):
+    """Fail when a call of `cls` changed one of its tensor arguments in place (the worker sends the arguments
+    back as they are after the first call)."""
+    after = (reply.get("args_after") or [[]])[0]
+    for name, before, back in zip(names, values, after):
+        if isinstance(before, torch.Tensor) and not (isinstance(back, torch.Tensor) and back.shape == before.shape
+                                                     and torch.equal(back, before)):
+            t.fail(f"`{cls}.forward` changed its argument `{name}` in place ({what}): the caller's tensor came back "
+                   f"different. Leave inputs as they are: write x = x + ..., not x += ... (no in-place operation "
+                   f"such as +=, -=, add_ or masked_fill_ on an argument).", INPUT_MODIFIED)
+
+
+# ---- the student's own LayerNorm / FeedForward, called directly ----------------------------------
+
+def own_module(t: Tester, cls: str, *args, **kwargs) -> dict:
+    """`t.module` on the student's own `cls` in a group that has a stand-in for it (the student's failed its
+    group). The request builds the student's class itself (the worker always targets the student's own
+    class), so for this request the name stays the student's: under the stand-in's name, a valid
+    `super(FeedForward, self).__init__()` in the student's class would raise TypeError (the name would then be
+    the stand-in's class, which the student's object is not an instance of), and the grader's swap would be
+    reported as the student's crash. The layers built in other requests still get the stand-in."""
+    stand_in = t.patches.pop(cls, None)
+    try:
+        return t.module(cls, *args, **kwargs)
+    finally:
+        if stand_in is not None:
+            t.patches[cls] = stand_in
+
+
 # ---- running the student's layers ---------------------------------------------------------------
 
 
@@ -55,12 +86,44 @@ def run_layer(t: Tester, p, d, d_ff, norm_first, activation, x, memory=None, src
     kind = "decoder" if decoder else "encoder"
 
     def crash(reply):
-        return CATALOGUE.raising(kind, reply.get("type"), reply.get("message"), p, norm_first, activation, x,
-                                 memory, src_mask, tgt_mask) if p is not None else None
+        return explain_crash(t, reply, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask) \
+            if p is not None else None
     return t.module(cls, (d, HEADS, d_ff), {"dropout": dropout, "activation": activation, "norm_first": norm_first},
                     calls=[{"args": args, "seed": i} for i in range(calls)], params=p, train=train,
                     backward=backward, record=record, attrs=attrs,
                     dtype="float64" if x.dtype == torch.float64 else None, crash=crash)
+
+
+def explain_crash(t: Tester, reply, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask):
+    """The known mistake whose computation raises the student's error on the same inputs (Catalogue.raising).
+    When several do (a source mask of length Ls meeting Lt keys raises the same words whether the masks are
+    swapped, the keys come from the decoder or the queries from memory), the student's layer runs once more
+    on a source as long as the target, where none of them raises, and the one whose values it gives is named."""
+    kind = "decoder" if memory is not None else "encoder"
+    inputs = (p, norm_first, activation, x, memory, src_mask, tgt_mask)
+    raisers = {}
+    for mistake in CATALOGUE.entries.get(kind, []):
+        try:
+            mistake(*inputs)
+        except Exception as e:
+            if same_error(e, reply.get("type"), reply.get("message")):
+                raisers[mistake.id] = mistake
+    if len(raisers) == 1:
+        return next(iter(raisers.values()))
+    if len(raisers) < 2 or memory is None or memory.size(1) == x.size(1):
+        return None
+    B, Lt = x.shape[:2]
+    mem = torch.randn(B, Lt, memory.size(-1), generator=torch.Generator().manual_seed(Lt), dtype=memory.dtype)
+    src = None if src_mask is None else ragged_masks(B, Lt, Lt)[0]
+    try:
+        out = run_layer(t, p, d, d_ff, norm_first, activation, x, mem, src, tgt_mask)["outputs"][0]
+    except CheckFailed:
+        return None
+    want = expected_layer(p, d, d_ff, norm_first, activation, x, mem, src, tgt_mask)[0]
+    atol, rtol = TOLERANCES.get(want.dtype, TOLERANCES[torch.float32])
+    candidates = [(m, v) for m, v in CATALOGUE.tried(kind, p, norm_first, activation, x, mem, src, tgt_mask)
+                  if m.id in raisers]
+    return reproducing(candidates, lambda v: isinstance(out, torch.Tensor) and matches(out, v, want, atol, rtol))
 
 
 def describe_layer(decoder, norm_first, activation, x, memory, label):
@@ -86,6 +149,9 @@ def check_layer(t: Tester, d, d_ff, norm_first, activation, x, memory=None, src_
                           backward=[g]).get("param_grads")
         return never_used(grads)
     t.expect_close(reply["outputs"][0], want, f"The output of {what}", tried, probes=[unused])
+    names, values = (("x", "memory", "src_mask", "tgt_mask"), (x, memory, src_mask, tgt_mask)) if decoder else \
+        (("x", "src_mask"), (x, src_mask))
+    inputs_kept(t, reply, "DecoderLayer" if decoder else "EncoderLayer", names, values, what)
     return reply, p
 
 
@@ -105,19 +171,24 @@ def layer_norm(t: Tester):
             t.fail(f"LayerNorm({d}).{name} should start as {'ones' if name == 'weight' else 'zeros'}, like "
                    f"nn.LayerNorm's.", LAYER_NORM_INIT)
     # A large mean with a tiny spread shows where eps goes (float64 only: float32 cannot resolve it).
-    cases = [((2, 3, d), 1.0, 0.0, torch.float64), ((5, d), 1.0, 0.0, torch.float64),
-             ((2, 3, 4, d), 1.0, 0.0, torch.float64), ((3, 4, d), 1e-3, 100.0, torch.float64),
-             ((3, 4, d), 1.0, 0.0, torch.float32), ((2, 5, d), 0.1, 1.0, torch.float32)]
-    for shape, spread, mean, dtype in cases:
+    # A non-default eps, with a spread small enough that eps matters (float64 and float32).
+    cases = [((2, 3, d), 1.0, 0.0, torch.float64, 1e-5), ((5, d), 1.0, 0.0, torch.float64, 1e-5),
+             ((2, 3, 4, d), 1.0, 0.0, torch.float64, 1e-5), ((3, 4, d), 1e-3, 100.0, torch.float64, 1e-5),
+             ((3, 4, d), 1.0, 0.0, torch.float32, 1e-5), ((2, 5, d), 0.1, 1.0, torch.float32, 1e-5),
+             ((3, 4, d), 0.03, 0.5, torch.float64, 1e-3), ((2, 3, d), 0.1, 0.0, torch.float32, 1e-2)]
+    for shape, spread, mean, dtype, eps in cases:
         x = t.randn(*shape, dtype=dtype, scale=spread) + mean
         w, b = 1 + t.randn(d, dtype=dtype, scale=0.5), t.randn(d, dtype=dtype, scale=0.5)
-        got = t.module("LayerNorm", (d,), params={"weight": w, "bias": b},
-                       dtype="float64" if dtype == torch.float64 else None, calls=[{"args": [x]}])["outputs"][0]
-        what = (f"LayerNorm({d}) on x {shape_str(shape)} ({str(dtype).replace('torch.', '')}, mean {mean:g}, "
-                f"spread {spread:g})")
-        want = F.layer_norm(x, (d,), w, b, 1e-5)
-        t.expect_close(got, want, f"The output of {what}", lambda x=x, w=w, b=b: CATALOGUE.tried("layer_norm", x, w, b))
+        reply = t.module("LayerNorm", (d,), {"eps": eps} if eps != 1e-5 else None, params={"weight": w, "bias": b},
+                         dtype="float64" if dtype == torch.float64 else None, calls=[{"args": [x]}])
+        got = reply["outputs"][0]
+        what = (f"LayerNorm({d}{'' if eps == 1e-5 else f', eps={eps:g}'}) on x {shape_str(shape)} "
+                f"({str(dtype).replace('torch.', '')}, mean {mean:g}, spread {spread:g})")
+        want = F.layer_norm(x, (d,), w, b, eps)
+        t.expect_close(got, want, f"The output of {what}",
+                       lambda x=x, w=w, b=b, eps=eps: CATALOGUE.tried("layer_norm", x, w, b, eps=eps))
         t.expect_tensor(got, f"The output of {what}", dtype=dtype)
+        inputs_kept(t, reply, "LayerNorm", ("x",), (x,), what)
 
 
 @group("m3", "feed_forward", provides=("FeedForward",))
@@ -135,12 +206,14 @@ def feed_forward(t: Tester):
         for dtype in (torch.float64, torch.float32):
             x = t.randn(3, 4, d, dtype=dtype, scale=2.0)
             pp = {k: v.to(dtype) for k, v in p.items()}
-            got = t.module("FeedForward", (d, d_ff), {"activation": activation}, params=pp, calls=[{"args": [x]}],
-                           dtype="float64" if dtype == torch.float64 else None)["outputs"][0]
+            reply = t.module("FeedForward", (d, d_ff), {"activation": activation}, params=pp, calls=[{"args": [x]}],
+                             dtype="float64" if dtype == torch.float64 else None)
             want = feed_forward_fn(pp, x, activation)
-            t.expect_close(got, want, f"The output of FeedForward({d}, {d_ff}, activation={activation!r}) on x "
-                           f"{shape_str(x.shape)} ({str(dtype).replace('torch.', '')})",
+            what = (f"FeedForward({d}, {d_ff}, activation={activation!r}) on x {shape_str(x.shape)} "
+                    f"({str(dtype).replace('torch.', '')})")
+            t.expect_close(reply["outputs"][0], want, f"The output of {what}",
                            lambda pp=pp, x=x: CATALOGUE.tried("feed_forward", pp, x, activation))
+            inputs_kept(t, reply, "FeedForward", ("x",), (x,), what)
 
 
 @group("m3", "encoder_layer", depends=PARTS)
@@ -155,6 +228,7 @@ def encoder_layer(t: Tester):
         check_layer(t, d, d_ff, norm_first, "relu", x, label="no mask")
     x32 = t.randn(B, L, d, dtype=torch.float32)
     check_layer(t, d, d_ff, True, "gelu", x32, src_mask=src_mask, label="a padding mask (float32)")
+    check_layer(t, d, d_ff, False, "relu", x32, src_mask=src_mask, label="a padding mask (float32)")
 
 
 @group("m3", "decoder_layer", depends=PARTS)
@@ -170,6 +244,7 @@ def decoder_layer(t: Tester):
         check_layer(t, d, d_ff, norm_first, "relu", x, memory, None, None, "no masks")
     x32, m32 = t.randn(B, Lt, d, dtype=torch.float32), t.randn(B, Ls, d, dtype=torch.float32)
     check_layer(t, d, d_ff, True, "relu", x32, m32, src_mask, tgt_mask, "both masks (float32)")
+    check_layer(t, d, d_ff, False, "gelu", x32, m32, src_mask, tgt_mask, "both masks (float32)")
 
 
 @group("m3", "gradients", depends=PARTS)
@@ -290,6 +365,48 @@ def _post_ln_branch_check(t: Tester, what, out, x, branch, p, norm_weights):
                    f"dropout pattern: apply the layer's dropout to each sub-layer's output, before the residual add.")
 
 
+def _ffn_dropout_in_layer(t: Tester, decoder: bool, p: float):
+    """A pre-LN layer in training mode whose attention sub-layers output exactly 0 and whose feed-forward has
+    linear2 = identity: each output entry is x + m_r * m_h * a / (1 - p)^2, with a = act(linear1(norm(x))), m_h
+    the hidden dropout inside the feed-forward and m_r the dropout on its output. A feed-forward built without
+    the layer's dropout shows as another scale of the entries that survive."""
+    d, B, L = 8, 4, 6
+    cls = "DecoderLayer" if decoder else "EncoderLayer"
+    q = layer_params(t, d, d, decoder)
+    for name in ("self_attn.w_o", "cross_attn.w_o"):
+        if f"{name}.weight" in q:
+            q[f"{name}.weight"], q[f"{name}.bias"] = torch.zeros(d, d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
+    q["feed_forward.linear2.weight"] = torch.eye(d, dtype=torch.float64)
+    q["feed_forward.linear2.bias"] = torch.zeros(d, dtype=torch.float64)
+    x = t.randn(B, L, d)
+    memory = t.randn(B, L + 1, d) if decoder else None
+    out = run_layer(t, q, d, d, True, "relu", x, memory, dropout=p, train=True)["outputs"][0]
+    out = t.expect_tensor(out, f"The output of {cls}(pre-LN, dropout={p}) in training mode", shape=x.shape)
+    n = "norm3" if decoder else "norm2"
+    normed = F.layer_norm(x, (d,), q[f"{n}.weight"], q[f"{n}.bias"])
+    a = F.relu(normed @ q["feed_forward.linear1.weight"].T + q["feed_forward.linear1.bias"])
+    y = out - x
+    live, zero = a.abs() > 1e-6, y.abs() < 1e-12
+    kept = live & ~zero
+    what = (f"{cls}(pre-LN, dropout={p}) in training mode, its feed-forward sub-layer alone (linear2 = identity, "
+            f"the attention sub-layers silenced)")
+    if kept.sum() < 10:
+        t.fail(f"{what}: almost every entry of the feed-forward's contribution is 0, where dropout {p} on the hidden "
+               f"activations and on the sub-layer's output keeps about {(1 - p) ** 2:.0%} of them.")
+    ratio = y[kept] / a[kept]
+    scale = ratio.mean().item()
+    if torch.allclose(ratio, torch.full_like(ratio, 1 / (1 - p) ** 2), rtol=1e-7, atol=0):
+        return
+    if torch.allclose(ratio, torch.full_like(ratio, scale), rtol=1e-7, atol=0) and scale * (1 - p) > 1 - 1e-9:
+        inner = 1 - 1 / (scale * (1 - p))        # the rate the hidden dropout scaled the survivors with
+        said = ("are never dropped: it keeps FeedForward's default 0.0" if inner < 1e-6 else
+                f"are dropped with p = {inner:.3g}, not the layer's {p}")
+        t.fail(f"{what}: the feed-forward's hidden activations {said}. The layer's one dropout also goes to its "
+               f"feed-forward: FeedForward(d_model, d_ff, dropout, activation).", FFN_DROPOUT_NOT_PASSED)
+    t.fail(f"{what}: the surviving entries are not activation(linear1(norm(x))) / (1 - p)^2 (dropout {p} on the "
+           f"hidden activations inside feed_forward, then on the sub-layer's output).")
+
+
 @group("m3", "dropout", depends=PARTS)
 def dropout(t: Tester):
     d, B, L, p = 8, 4, 6, 0.5
@@ -309,12 +426,12 @@ def dropout(t: Tester):
     xf = t.randn(B, L, d)
     # gelu, not relu: with relu, dropout before or after the activation gives the same numbers.
     kw = {"dropout": p, "activation": "gelu"}
-    evaluated = t.module("FeedForward", (d, d), kw, params=ff, dtype="float64",
-                         calls=[{"args": [xf], "seed": 3}])["outputs"][0]
+    evaluated = own_module(t, "FeedForward", (d, d), kw, params=ff, dtype="float64",
+                           calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     t.expect_close(evaluated, feed_forward_fn(ff, xf, "gelu"), "The output of FeedForward(dropout=0.5, activation='gelu') in "
                    "eval mode", lambda: CATALOGUE.tried("feed_forward", ff, xf, "gelu"))
-    out = t.module("FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
-                   calls=[{"args": [xf], "seed": 3}])["outputs"][0]
+    out = own_module(t, "FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
+                     calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     if ((out == 0).double().mean().item() > 0.25):
         t.fail("FeedForward(dropout=0.5) in training mode zeroes its outputs: the dropout sits after linear2. It "
                "belongs on the hidden activations: linear2(dropout(activation(linear1(x)))).", FFN_DROPOUT_MISPLACED)
@@ -380,11 +497,17 @@ def dropout(t: Tester):
         for name in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.linear2"):
             q[f"{name}.weight"], q[f"{name}.bias"] = zeros(d, d), zeros(d)
         q[bias] = b
-        reply = run_layer(t, q, d, d, True, "relu", x, memory, dropout=p, train=True, attrs=("cross_attn.dropout",))
+        reply = run_layer(t, q, d, d, True, "relu", x, memory, dropout=p, train=True,
+                          attrs=("self_attn.dropout", "cross_attn.dropout"))
         _branch_check(t, f"DecoderLayer(pre-LN, dropout=0.5), {branch} sub-layer", reply["outputs"][0], x, b, p)
-        if reply["attrs"][0].get("cross_attn.dropout") != p:
-            t.fail(f"DecoderLayer(dropout={p}) builds its cross_attn without that dropout: "
-                   f"MultiHeadAttention(d_model, num_heads, dropout).", ATTENTION_DROPOUT_MISSING)
+        for name in ("self_attn", "cross_attn"):
+            if reply["attrs"][0].get(f"{name}.dropout") != p:
+                t.fail(f"DecoderLayer(dropout={p}) builds its {name} without that dropout (its attention weights "
+                       f"are never dropped): MultiHeadAttention(d_model, num_heads, dropout).",
+                       ATTENTION_DROPOUT_MISSING)
+    # The feed-forward's hidden dropout inside each layer, at another rate than any default.
+    for decoder in (False, True):
+        _ffn_dropout_in_layer(t, decoder, 0.3)
 
 
 @group("m3", "structure", depends=PARTS, style=True)
@@ -411,7 +534,7 @@ def structure(t: Tester):
         if reply["attrs"][0].get("norm_first") is not norm_first:
             t.fail(f"{cls}(..., norm_first={norm_first}).norm_first should be {norm_first}.", NORM_FIRST_ATTRIBUTE)
     for cls, args in (("FeedForward", (d, d_ff)), ("EncoderLayer", (d, 2, d_ff)), ("DecoderLayer", (d, 2, d_ff))):
-        reply = t.module(cls, args, {"activation": "tanh"}, allow_error=True)
+        reply = own_module(t, cls, args, {"activation": "tanh"}, allow_error=True)
         if reply.get("ok"):
             t.fail(f"{cls}(..., activation='tanh') should raise ValueError (only 'relu' and 'gelu' are allowed), "
                    f"but it was created.", ACTIVATION_NOT_CHECKED)
@@ -419,26 +542,68 @@ def structure(t: Tester):
         if reply.get("type") != "ValueError" or "relu" not in message or "gelu" not in message:
             t.fail(f"{cls}(..., activation='tanh') should raise ValueError naming the allowed values 'relu' and "
                    f"'gelu'; it raised {reply.get('type')}: {message}", ACTIVATION_ERROR_MESSAGE)
+        # The names are lowercase: "GELU" or "ReLU" is another value, refused like any other.
+        for name in (("GELU", "ReLU") if cls == "FeedForward" else ("GELU",)):
+            reply = own_module(t, cls, args, {"activation": name}, allow_error=True)
+            if reply.get("ok"):
+                t.fail(f"{cls}(..., activation={name!r}) should raise ValueError: the allowed values are exactly "
+                       f"'relu' and 'gelu', lowercase, as the docstring says; it was created, so a name in another "
+                       f"case is accepted (compare the name as given, without .lower()).", ACTIVATION_CASE)
+            if reply.get("type") != "ValueError":
+                t.fail(f"{cls}(..., activation={name!r}) should raise ValueError naming the allowed values 'relu' "
+                       f"and 'gelu'; it raised {reply.get('type')}: {reply.get('message')}", ACTIVATION_ERROR_MESSAGE)
+
+
+def mask_forms(decoder: bool, B: int, L: int):
+    """Every form of mask the layers take, as (label, src_mask, tgt_mask): none, padding [B, 1, L], a full
+    [B, Lq, Lk] mask and a 2-D [Lq, Lk] one (the decoder: Lt = L, Ls = L + 1). A loop may hide behind one
+    form only (e.g. a loop over the batch for 3-D masks)."""
+    Ls = L + 1 if decoder else L
+    src, causal, combined = ragged_masks(B, L, Ls)          # [B, 1, Ls], [L, L], [B, L, L]
+    if not decoder:
+        return [("no mask", None, None), ("a padding mask [B, 1, L]", src, None),
+                ("a mask [B, L, L]", combined, None), ("a mask [L, L]", causal, None)]
+    near = src & (torch.arange(Ls)[None, None, :] <= torch.arange(L)[None, :, None] + 1)    # [B, Lt, Ls]
+    return [("no masks", None, None),
+            ("src_mask [B, 1, Ls] and tgt_mask [Lt, Lt]", src, causal),
+            ("src_mask [B, Lt, Ls] and tgt_mask [B, Lt, Lt]", near, combined),
+            ("src_mask [B, 1, Ls] and tgt_mask [B, 1, Lt]", src, combined[:, -1:, :].clone())]
 
 
 @group("m3", "vectorization", depends=PARTS, style=True, observes=True)
 def vectorization(t: Tester):
     d, d_ff = 8, 12
 
-    def count(decoder, B, L):
+    def count(decoder, B, L, pick=None):
+        """The op count of one request running the layer once per mask form (or only form `pick`)."""
+        cls = "DecoderLayer" if decoder else "EncoderLayer"
         x, memory = t.randn(B, L, d), (t.randn(B, L + 1, d) if decoder else None)
         p = layer_params(t, d, d_ff, decoder)
-        reply = run_layer(t, p, d, d_ff, True, "relu", x, memory, record=True)
-        t.works(reply["outputs"][0], expected_layer(p, d, d_ff, True, "relu", x, memory)[0],
-                f"`{'DecoderLayer' if decoder else 'EncoderLayer'}`")
+        forms = mask_forms(decoder, B, L)
+        forms = forms if pick is None else [forms[pick]]
+        calls = [{"args": [x, memory, s, m] if decoder else [x, s]} for _, s, m in forms]
+        reply = t.module(cls, (d, HEADS, d_ff), {"norm_first": True}, calls=calls, params=p, record=True,
+                         dtype="float64")
+        for out, (label, s, m) in zip(reply["outputs"], forms):
+            t.works(out, expected_layer(p, d, d_ff, True, "relu", x, memory, s, m)[0], f"`{cls}`")
         return reply["record"]["op_count"]
 
     for decoder, name in ((False, "EncoderLayer.forward"), (True, "DecoderLayer.forward")):
         b, n = t.grown(2, 9, 25), t.grown(3, 9, 25)            # beyond any small padded count
-        t.expect_constant_ops({"base": count(decoder, 2, 3), f"the batch grew from 2 to {b}": count(decoder, b, 3),
-                               f"the length grew from 3 to {n}": count(decoder, 2, n)}, "base size", name,
-                              "Let each sub-layer work on the whole [B, L, d_model] tensor at once.",
-                              limit=200 if decoder else 120)
+        forms = len(mask_forms(decoder, 2, 3))
+        limit = (200 if decoder else 120)                        # per call, at the base size
+        advice = "Let each sub-layer work on the whole [B, L, d_model] tensor at once, whatever the mask's form."
+
+        sizes = {"base": (2, 3), f"the batch grew from 2 to {b}": (b, 3), f"the length grew from 3 to {n}": (2, n)}
+        every = {k: count(decoder, *v) for k, v in sizes.items()}
+        if len(set(every.values())) == 1 and every["base"] <= limit * forms:
+            continue
+        # Which form: name it (at the base size and the first size whose count changed).
+        grew = next((k for k, v in every.items() if v != every["base"]), None)
+        for i, (label, _, _) in enumerate(mask_forms(decoder, 2, 3)):
+            t.expect_constant_ops({k: count(decoder, *sizes[k], i) for k in ("base", grew) if k is not None},
+                                  "base size", f"{name} (with {label})", advice, limit=limit)
+        t.expect_constant_ops(every, "base size", name, advice, limit=limit * forms)
 
 
 @group("m3", "from_scratch", depends=PARTS, style=True, observes=True)
@@ -451,7 +616,7 @@ def from_scratch(t: Tester):
     record = dict(reply["record"])
     record["functions"] = record["functions"] + reply.get("submodules", [])
     t.expect_allowed(record, "DecoderLayer")
-    ln = t.module("LayerNorm", (d,), calls=[{"args": [x]}], record=True, dtype="float64")
+    ln = own_module(t, "LayerNorm", (d,), calls=[{"args": [x]}], record=True, dtype="float64")
     t.works(ln["outputs"][0], F.layer_norm(x, (d,)), "`LayerNorm`")
     record = dict(ln["record"])
     record["functions"] = record["functions"] + ln.get("submodules", [])

@@ -5,6 +5,7 @@ from autograder.grading.diagnosis import Catalogue
 
 CATALOGUE = Catalogue("m3")
 
+ACTIVATION_CASE = CATALOGUE.mistake("activation_case_insensitive")
 ACTIVATION_ERROR_MESSAGE = CATALOGUE.mistake("activation_error_message")
 ACTIVATION_NOT_CHECKED = CATALOGUE.mistake("activation_not_checked")
 ATTENTION_DROPOUT_MISSING = CATALOGUE.mistake("attention_dropout_missing")
@@ -13,8 +14,10 @@ DROPOUT_IN_EVAL = CATALOGUE.mistake("dropout_in_eval")
 DROPOUT_ON_RESIDUAL_SUM = CATALOGUE.mistake("dropout_on_residual_sum")
 FFN_DROPOUT_BEFORE_ACTIVATION = CATALOGUE.mistake("ffn_dropout_before_activation")
 FFN_DROPOUT_MISPLACED = CATALOGUE.mistake("ffn_dropout_misplaced")
+FFN_DROPOUT_NOT_PASSED = CATALOGUE.mistake("ffn_dropout_not_passed")
 FFN_NO_DROPOUT = CATALOGUE.mistake("ffn_no_dropout")
 GRAPH_CUT = CATALOGUE.mistake("graph_cut")
+INPUT_MODIFIED = CATALOGUE.mistake("input_modified")
 LAYER_NORM_INIT = CATALOGUE.mistake("layer_norm_init")
 LOOKS_AHEAD = CATALOGUE.mistake("looks_ahead")
 NO_RESIDUAL_DROPOUT = CATALOGUE.mistake("no_residual_dropout")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 
 from autograder.milestones.reference import D, TorchModel, TorchStack, layer_fn, pe_table, sub_params
@@ -64,9 +65,29 @@ FINAL_NORM_MISSING = CATALOGUE.entry("stack", "final_norm_missing", "pre-LN need
                 "(norm = LayerNorm(d_model) when norm_first), applied in forward.")(_stack_variant(no_norm=True))
 
 
+@CATALOGUE.entry("stack", "norm_first_not_passed", "the layers are built without `norm_first`, so they are always "
+                 "post-LN (with pre-LN's final norm after them): build each layer with it, e.g. "
+                 "EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first).")
+def _stack_layers_post_ln(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+    if not norm_first:
+        return None
+    layers = {k: v for k, v in p.items() if not k.startswith("norm.")}
+    out = TorchStack(layers, side, n, False, activation, x.dtype)(x, memory, src_mask, tgt_mask).detach()
+    return F.layer_norm(out, (D,), p["norm.weight"], p["norm.bias"])
+
+
+@CATALOGUE.entry("stack", "stack_activation_not_passed", "the layers are built without `activation`, so they "
+                 "always use the default relu: build each layer with it, e.g. EncoderLayer(d_model, num_heads, "
+                 "d_ff, dropout, activation, norm_first).")
+def _stack_relu(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+    if activation == "relu":
+        return None
+    return TorchStack(p, side, n, norm_first, "relu", x.dtype)(x, memory, src_mask, tgt_mask).detach()
+
+
 def _model_variant(**dev):
-    def fn(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None):
-        model = TorchModel(p, n, norm_first, "relu", p["generator.weight"].dtype, max_len)
+    def fn(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+        model = TorchModel(p, n, norm_first, activation, p["generator.weight"].dtype, max_len)
         return model(src, tgt, src_mask, tgt_mask, **dev).detach()
     return fn
 
@@ -81,6 +102,99 @@ CATALOGUE.entry("model", "tgt_with_src_embed", "the target tokens are embedded w
 CATALOGUE.entry("model", "embeddings_not_scaled", "the embeddings are not multiplied by sqrt(d_model) before the "
                 "positions are added (TokenEmbedding: embedding(tokens) * math.sqrt(d_model)).")(
     _model_variant(scale=False))
+
+ACTIVATION_NOT_PASSED = ("`activation` does not reach the layers of the {sides} (they use the default relu): "
+                         "Transformer passes it on, Encoder(num_layers, d_model, num_heads, d_ff, dropout, activation, "
+                         "norm_first) and the same for Decoder.")
+
+
+def _relu_in(p, n, norm_first, max_len, activation, sides):
+    """The judge's model whose stacks `sides` use relu whatever `activation` says (None where that changes nothing)."""
+    if activation == "relu":
+        return None
+    dtype = p["generator.weight"].dtype
+    model = TorchModel(p, n, norm_first, activation, dtype, max_len)
+    for side in sides:
+        setattr(model, side, TorchStack(p, side, n, norm_first, "relu", dtype, f"{side}."))
+    return model
+
+
+def _register_relu_in(sides, words):
+    text = ACTIVATION_NOT_PASSED.format(sides=words)
+
+    @CATALOGUE.entry("model", "activation_not_passed", text)
+    def logits(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+        model = _relu_in(p, n, norm_first, max_len, activation, sides)
+        return None if model is None else model(src, tgt, src_mask, tgt_mask).detach()
+
+    if sides == ("encoder",):
+        @CATALOGUE.entry("encode", "activation_not_passed", text)
+        def encode(p, n, norm_first, max_len, src, src_mask=None, activation="relu"):
+            model = _relu_in(p, n, norm_first, max_len, activation, sides)
+            return None if model is None else model.encode(src, src_mask).detach()
+
+    if sides == ("decoder",):
+        @CATALOGUE.entry("decode", "activation_not_passed", text)
+        def decode(p, n, norm_first, max_len, tgt, memory, src_mask=None, tgt_mask=None, activation="relu"):
+            model = _relu_in(p, n, norm_first, max_len, activation, sides)
+            return None if model is None else model.decode(tgt, memory, src_mask, tgt_mask).detach()
+
+
+for _sides, _words in ((("encoder",), "encoder"), (("decoder",), "decoder"),
+                       (("encoder", "decoder"), "encoder and decoder")):
+    _register_relu_in(_sides, _words)
+
+
+def _own_table(p, n, norm_first, max_len, activation):
+    """The judge's model whose positions are the table rounded to float32, as a float32 tensor the model keeps
+    itself (not a buffer: .double() leaves it float32) adds them."""
+    dtype = p["generator.weight"].dtype
+    model = TorchModel(p, n, norm_first, activation, dtype, max_len)
+    model.pe = pe_table(max_len, D).to(torch.float32).to(dtype)
+    return model
+
+
+SECOND_TABLE = ("the positions reach the embeddings rounded to float32: the model adds a positional table of its own "
+                "(a plain float32 tensor, which model.double() leaves in float32) instead of going through "
+                "self.pos_encoding, whose buffer `pe` follows the model's dtype. Add positions only with "
+                "self.pos_encoding(...), on both sides.")
+
+
+@CATALOGUE.entry("model", "second_positional_table", SECOND_TABLE)
+def _model_own_table(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+    return _own_table(p, n, norm_first, max_len, activation)(src, tgt, src_mask, tgt_mask).detach()
+
+
+@CATALOGUE.entry("encode", "second_positional_table", SECOND_TABLE)
+def _encode_own_table(p, n, norm_first, max_len, src, src_mask=None, activation="relu"):
+    return _own_table(p, n, norm_first, max_len, activation).encode(src, src_mask).detach()
+
+
+@CATALOGUE.entry("decode", "second_positional_table", SECOND_TABLE)
+def _decode_own_table(p, n, norm_first, max_len, tgt, memory, src_mask=None, tgt_mask=None, activation="relu"):
+    return _own_table(p, n, norm_first, max_len, activation).decode(tgt, memory, src_mask, tgt_mask).detach()
+
+
+CAUSAL_ADDED = ("a causal mask is added to tgt_mask inside the model, so a tgt_mask that is not causal (or None) is "
+                "not followed: decode and forward use tgt_mask exactly as given (None = no mask); the caller builds "
+                "the causal mask.")
+
+
+def _with_causal(tgt, tgt_mask):
+    causal = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).tril()
+    return causal if tgt_mask is None else tgt_mask & causal
+
+
+@CATALOGUE.entry("decode", "decode_adds_causal_mask", CAUSAL_ADDED)
+def _decode_causal(p, n, norm_first, max_len, tgt, memory, src_mask=None, tgt_mask=None, activation="relu"):
+    model = TorchModel(p, n, norm_first, activation, p["generator.weight"].dtype, max_len)
+    return model.decode(tgt, memory, src_mask, _with_causal(tgt, tgt_mask)).detach()
+
+
+@CATALOGUE.entry("model", "decode_adds_causal_mask", CAUSAL_ADDED)
+def _model_causal(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+    model = TorchModel(p, n, norm_first, activation, p["generator.weight"].dtype, max_len)
+    return model(src, tgt, src_mask, _with_causal(tgt, tgt_mask)).detach()
 
 
 # ---- catalogue entries for the embedding and the positional module ----------------------------------

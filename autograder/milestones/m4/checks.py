@@ -14,6 +14,7 @@ mistakes.py, the stand-ins in stand_ins.py.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +25,10 @@ from autograder.milestones.reference import (
 from autograder.milestones.m4 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m4.answers import FINAL_NORM_IN_POST_LN, FINAL_NORM_MISSING, PAPER
 from autograder.milestones.m4.mistakes import (
-    CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, GRAPH_CUT, LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD,
-    NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED, PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT,
-    PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, SHARED_SUBMODULE,
+    CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED, GRAPH_CUT, INPUT_MODIFIED, LAYER_COUNT,
+    LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED, NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED,
+    PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED,
+    PE_MODIFIED, PE_MODULE_DTYPE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR, SHARED_SUBMODULE,
     TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY)
 
 PARTS = ("positional_table", "positional_module", "embedding", "stacks")
@@ -39,21 +41,42 @@ def pe_tolerance(max_len):
 
 # ---- running the student's modules ----------------------------------------------------------------
 
+# The worker's words when a buffer the judge writes has another shape than the student's (sandbox/worker.py).
+PE_SHAPE = re.compile(r"buffer pos_encoding\.pe has shape \((\d+), (\d+)\), expected \((\d+), (\d+)\)")
+
+
 def run_model(t: Tester, p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, *, calls=None,
-              dtype=torch.float64, backward=None, record=False, dropout=0.0, train=False, table=True):
-    """Build the student's Transformer with weights `p` (and the judge's float64 table in `pe`), run `calls`."""
+              dtype=torch.float64, backward=None, record=False, dropout=0.0, train=False, table=True,
+              activation="relu", pe=None, buffers=False):
+    """Build the student's Transformer with weights `p` (and the judge's float64 table in `pe`), run `calls`.
+    `pe`: rows -> the table to write into pos_encoding.pe (default: the sinusoidal table).
+
+    A model whose table has another number of rows than max_len (max_len not passed on: `model` says so) gets
+    the judge's table with that many rows, so that the other groups judge what they check, not that."""
     src_vocab, tgt_vocab = p["src_embed.embedding.weight"].size(0), p["generator.weight"].size(0)
     calls = calls or [{"args": [src, tgt, src_mask, tgt_mask]}]
+    pe = pe or (lambda rows: pe_table(rows, D))
 
     def crash(reply):
         return CATALOGUE.raising("model", reply.get("type"), reply.get("message"), p, n, norm_first, max_len, src, tgt,
-                                 src_mask, tgt_mask)
-    return t.module("Transformer", (src_vocab, tgt_vocab),
-                    {"d_model": D, "num_heads": HEADS, "num_layers": n, "d_ff": D_FF, "dropout": dropout,
-                     "max_len": max_len, "norm_first": norm_first},
-                    calls=calls, params=p, buffers_in={"pos_encoding.pe": pe_table(max_len, D).to(dtype)} if table else None,
-                    dtype="float64" if dtype == torch.float64 else None, backward=backward, record=record, train=train,
-                    crash=crash)
+                                 src_mask, tgt_mask, activation=activation)
+
+    def request(rows, allow_error=False):
+        return t.module("Transformer", (src_vocab, tgt_vocab),
+                        {"d_model": D, "num_heads": HEADS, "num_layers": n, "d_ff": D_FF, "dropout": dropout,
+                         "max_len": max_len, "norm_first": norm_first, "activation": activation},
+                        calls=calls, params=p, buffers_in={"pos_encoding.pe": pe(rows).to(dtype)} if table else None,
+                        dtype="float64" if dtype == torch.float64 else None, backward=backward, record=record,
+                        train=train, buffers=buffers, crash=crash, allow_error=allow_error)
+    if not table:
+        return request(max_len)
+    reply = request(max_len, allow_error=True)
+    if reply.get("ok"):
+        return reply
+    shape = PE_SHAPE.fullmatch(str(reply.get("message", "")))
+    if reply.get("kind") == "exception" and shape and int(shape.group(2)) == D and int(shape.group(1)) > 0:
+        return request(int(shape.group(1)))
+    return request(max_len)          # the same error again, reported (and explained) the usual way
 
 
 def _tokens(t: Tester, B, L, vocab, lengths=None):
@@ -85,8 +108,14 @@ def positional_table(t: Tester):
     try:
         t.call("sinusoidal_positional_encoding", 10, 5)
     except CheckFailed as e:
-        if "ValueError" in str(e):
+        raised = re.match(r"`sinusoidal_positional_encoding` raised (\w+): ", str(e))
+        if raised and raised.group(1) == "ValueError":
             return
+        if raised:
+            t.fail(f"ValueError expected for an odd d_model: `sinusoidal_positional_encoding(10, 5)` raised "
+                   f"{str(e)[raised.start(1):]}\nThat error comes from computing a table "
+                   f"with an odd width; the function must check d_model first and raise ValueError (sines and cosines "
+                   f"come in pairs, so d_model must be even), with a message that says so.", PE_ODD_WRONG_ERROR)
         raise
     t.fail("`sinusoidal_positional_encoding(10, 5)` should raise ValueError: d_model must be even (sines and "
            "cosines come in pairs).", PE_ODD_ACCEPTED)
@@ -103,16 +132,45 @@ def positional_module(t: Tester):
                f"(self.register_buffer('pe', ...)); `pe` is {where}.", PE_NOT_BUFFER)
     if "pe" in reply["params"]:
         t.fail("`pe` is a parameter: register it as a buffer so it is not trained.", PE_NOT_BUFFER)
+    rows = buffers["pe"].size(0) if isinstance(buffers["pe"], torch.Tensor) and buffers["pe"].dim() == 2 else None
+    if rows is not None and rows != max_len and buffers["pe"].size(1) == d:
+        t.fail(f"PositionalEncoding({d}, max_len={max_len}) made a table of {rows} rows: " +
+               ("max_len is not used (5000 is its default). " if rows == 5000 else f"it needs max_len = {max_len}. ") +
+               "The buffer holds one row per position: sinusoidal_positional_encoding(max_len, d_model).",
+               PE_MAX_LEN_IGNORED if rows == 5000 else None)
     pe = t.expect_tensor(buffers["pe"], f"PositionalEncoding({d}, max_len={max_len}).pe", shape=(max_len, d))
     if pe.dtype != torch.float64:
         t.fail("After .double(), the `pe` buffer is still " + str(pe.dtype).replace("torch.", "") + ": register it "
                "with register_buffer so it follows the module's dtype and device.", PE_NOT_BUFFER)
     table = pe_table(max_len, d)
     x = t.randn(3, 7, d)
-    got = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
-                   calls=[{"args": [x]}])["outputs"][0]
-    t.expect_close(got, x + table[:7], f"PositionalEncoding({d}, max_len={max_len}) on x [3, 7, {d}] (eval mode)",
-                   lambda: CATALOGUE.tried("positional", x, table))
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
+                     calls=[{"args": [x]}], attrs=("pe",))
+    what = f"PositionalEncoding({d}, max_len={max_len}) on x [3, 7, {d}] (eval mode)"
+    t.expect_close(reply["outputs"][0], x + table[:7], what, lambda: CATALOGUE.tried("positional", x, table))
+    # Inputs and the table stay as they are.
+    back = reply["args_after"][0][0]
+    if not (isinstance(back, torch.Tensor) and back.shape == x.shape and torch.equal(back, x)):
+        t.fail(f"{what} changed its input x in place: the caller's tensor came back with the positions added. "
+               f"Return a new tensor: self.dropout(x + self.pe[:L]), not x += self.pe[:L] (or x.add_).",
+               INPUT_MODIFIED)
+    after = reply["attrs"][0].get("pe")
+    if isinstance(after, torch.Tensor) and not (after.shape == table.shape and torch.equal(after, table)):
+        t.fail(f"{what} changed its buffer `pe` in place: the table must stay as it was built (an in-place operation "
+               f"on self.pe or on a slice of it, e.g. self.pe[:L] += x, writes into the table).", PE_MODIFIED)
+    # The default dtype (float32): the table follows the module, so float32 in gives float32 out.
+    x32 = t.randn(3, 7, d, dtype=torch.float32)
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers=True, calls=[{"args": [x32]}])
+    what = f"PositionalEncoding({d}, max_len={max_len}) on a float32 x [3, 7, {d}] (a float32 module, eval mode)"
+    got = t.expect_tensor(reply["outputs"][0], what, shape=x32.shape)
+    if got.dtype != torch.float32:
+        own = (reply.get("buffers") or {}).get("pe")
+        why = (f"its buffer `pe` is {str(own.dtype).replace('torch.', '')} in a float32 module, so x + pe is promoted. "
+               f"Register the table in the default dtype, as sinusoidal_positional_encoding returns it (no .double()): "
+               f"model.double() converts the buffer when float64 is wanted"
+               if isinstance(own, torch.Tensor) and own.dtype != torch.float32 else "keep the input's dtype")
+        t.fail(f"{what} returns {str(got.dtype).replace('torch.', '')}: {why}.", PE_MODULE_DTYPE)
+    t.expect_close(got, x32 + table[:7].float(), what, lambda: CATALOGUE.tried("positional", x32, table.float()))
     full = t.randn(2, max_len, d)
     reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
                      calls=[{"args": [full]}], allow_error=True)
@@ -157,6 +215,46 @@ def embedding(t: Tester):
                    calls=[{"args": [tokens]}])["outputs"][0]
     t.expect_close(got, F.embedding(tokens, weight) * math.sqrt(d), f"TokenEmbedding({vocab}, {d}) on tokens [3, 5]",
                    lambda: CATALOGUE.tried("embedding", weight, tokens))
+    w32 = weight.float()
+    what = f"TokenEmbedding({vocab}, {d}) on tokens [3, 5] (float32, the default dtype)"
+    got = t.module("TokenEmbedding", (vocab, d), params={"embedding.weight": w32},
+                   calls=[{"args": [tokens]}])["outputs"][0]
+    t.expect_close(got, F.embedding(tokens, w32) * math.sqrt(d), what, lambda: CATALOGUE.tried("embedding", w32, tokens))
+    t.expect_tensor(got, what, dtype=torch.float32)
+
+
+# ---- dropout seen through a final LayerNorm ---------------------------------------------------------
+
+def dropout_rate_seen(out, z, w, b, p):
+    """The dropout rate r that explains `out` [..., d]: every position is LayerNorm(w, b) of the judge's `z` with
+    its entries dropped by some 0/1 mask and the survivors divided by 1 - r (all 2^d masks are tried). 0.0:
+    nothing is ever dropped (out is LayerNorm(z) everywhere); p, or 0.1 (the default of Transformer); None when
+    no rate fits. `z` is small (its variance near LayerNorm's eps), so the scale 1 / (1 - r) shows."""
+    d = z.size(-1)
+    zz, yy = z.reshape(-1, d), out.reshape(-1, d).to(z.dtype)
+    if torch.allclose(yy, F.layer_norm(zz, (d,), w, b), atol=1e-8, rtol=0):
+        return 0.0
+    masks = torch.tensor([[(k >> j) & 1 for j in range(d)] for k in range(2 ** d)], dtype=z.dtype)    # [2^d, d]
+    for r in dict.fromkeys((p, 0.1)):
+        cand = F.layer_norm(masks[None] * zz[:, None] / (1 - r), (d,), w, b)                       # [N, 2^d, d]
+        if bool(((cand - yy[:, None]).abs().amax(-1) < 1e-8).any(-1).all()):
+            return r
+    return None
+
+
+def silenced(p: dict, prefix: str, n: int) -> dict:
+    """`p` with every sub-layer of the `n` layers under `prefix` outputting exactly 0 (last weights and biases 0)."""
+    q = dict(p)
+    for i in range(n):
+        for name in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.linear2"):
+            key = f"{prefix}layers.{i}.{name}"
+            if f"{key}.weight" in q:
+                q[f"{key}.weight"], q[f"{key}.bias"] = torch.zeros_like(q[f"{key}.weight"]), torch.zeros_like(q[f"{key}.bias"])
+    return q
+
+
+def dropout_said(rate, p):
+    return "never drop (dropout 0)" if rate == 0.0 else f"drop with p = {rate:g} (not the {p:g} asked for)"
 
 
 def _check_stack(t: Tester, side, n, norm_first, activation="relu", dtype=torch.float64, label=""):
@@ -212,31 +310,140 @@ def stacks(t: Tester):
         for norm_first in (False, True):
             _check_stack(t, side, 3, norm_first)
         _check_stack(t, side, 2, True, "gelu", torch.float32, ", float32")
+        _check_stack(t, side, 2, False, "relu", torch.float32, ", float32")
+    for side in ("encoder", "decoder"):
+        _stack_dropout(t, side, 0.3)
+
+
+def _stack_dropout(t: Tester, side, p):
+    """Encoder / Decoder(1 layer, pre-LN, dropout=p) in training mode on x = 0, the first sub-layer outputting a
+    small constant b and the others 0: the output is the final norm of drop(b) at every position."""
+    cls = "Encoder" if side == "encoder" else "Decoder"
+    B, L = 3, 4
+    q = silenced(stack_params(t, side, 1, True), "", 1)
+    b = 3e-3 * (1 + t.randn(D).abs())
+    q["layers.0.self_attn.w_o.bias"] = b
+    x = torch.zeros(B, L, D, dtype=torch.float64)
+    args = [x] if side == "encoder" else [x, t.randn(B, L + 1, D)]
+    out = t.module(cls, (1, D, HEADS, D_FF), {"dropout": p, "norm_first": True}, params=q, dtype="float64", train=True,
+                   calls=[{"args": args, "seed": 3}])["outputs"][0]
+    what = f"{cls}(1 layer, pre-LN, dropout={p:g}) in training mode"
+    out = t.expect_tensor(out, f"The output of {what}", shape=x.shape)
+    rate = dropout_rate_seen(out, b.expand(B, L, D), q["norm.weight"], q["norm.bias"], p)
+    if rate == p:
+        return
+    if rate is not None:
+        t.fail(f"{what}: its layers {dropout_said(rate, p)}: each layer gets the stack's dropout: "
+               f"{'EncoderLayer' if side == 'encoder' else 'DecoderLayer'}(d_model, num_heads, d_ff, dropout, activation, "
+               f"norm_first).", DROPOUT_NOT_PASSED)
+    t.fail(f"{what}, the first layer's self-attention outputting a constant and every other sub-layer 0: the output is "
+           f"not the final norm of that constant under dropout {p:g} (about a third of its entries 0, the rest divided "
+           f"by 1 - p) at every position.")
 
 
 @group("m4", "model", depends=PARTS)
 def model(t: Tester):
-    for norm_first in (False, True):
+    for norm_first, activation in ((False, "relu"), (True, "gelu")):
         p = model_params(t, 11, 13, 2, norm_first)
         src, tgt, src_mask, tgt_mask = model_inputs(t)
-        label = f"Transformer(11, 13, d_model={D}, num_layers=2, {'pre' if norm_first else 'post'}-LN)"
+        label = (f"Transformer(11, 13, d_model={D}, num_layers=2, {'pre' if norm_first else 'post'}-LN"
+                 f"{', activation=' + repr(activation) if activation != 'relu' else ''})")
         calls = [{"args": [src, tgt, src_mask, tgt_mask]}, {"args": [src, src_mask], "method": "encode"}]
-        reply = run_model(t, p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, calls=calls)
-        judge = TorchModel(p, 2, norm_first, "relu", torch.float64, 30)
+        reply = run_model(t, p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, calls=calls, activation=activation,
+                          buffers=True)
+        judge = TorchModel(p, 2, norm_first, activation, torch.float64, 30)
         memory = judge.encode(src, src_mask).detach()
-        t.expect_close(reply["outputs"][1], memory, f"`{label}.encode(src, src_mask)`")
+        t.expect_close(reply["outputs"][1], memory, f"`{label}.encode(src, src_mask)`",
+                       lambda: CATALOGUE.tried("encode", p, 2, norm_first, 30, src, src_mask, activation=activation))
         want = judge(src, tgt, src_mask, tgt_mask).detach()
         t.expect_close(reply["outputs"][0], want, f"The logits of {label} (padding and causal masks)",
-                       lambda: CATALOGUE.tried("model", p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask))
-        dec = run_model(t, p, 2, norm_first, 30, src, tgt, calls=[{"args": [tgt, memory, src_mask, tgt_mask],
-                                                                   "method": "decode"}])["outputs"][0]
-        t.expect_close(dec, judge.decode(tgt, memory, src_mask, tgt_mask).detach(),
-                       f"`{label}.decode(tgt, memory, src_mask, tgt_mask)`")
-    p32 = {k: v.float() for k, v in model_params(t, 11, 13, 2, True).items()}
-    src, tgt, src_mask, tgt_mask = model_inputs(t)
-    reply = run_model(t, p32, 2, True, 30, src, tgt, src_mask, tgt_mask, dtype=torch.float32)
-    want = TorchModel(p32, 2, True, "relu", torch.float32, 30)(src, tgt, src_mask, tgt_mask).detach()
-    t.expect_close(reply["outputs"][0], want, "The logits of a float32 Transformer (pre-LN)")
+                       lambda: CATALOGUE.tried("model", p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask,
+                                               activation=activation))
+        table = (reply.get("buffers") or {}).get("pos_encoding.pe")
+        if isinstance(table, torch.Tensor) and table.dim() == 2 and table.size(0) != 30:
+            rows = table.size(0)
+            t.fail(f"In {label[:-1]}, max_len=30), pos_encoding.pe has {rows} rows, where PositionalEncoding(d_model, "
+                   f"max_len=30) makes a table of 30: " + ("max_len is not used (5000 is PositionalEncoding's "
+                                                           "default). " if rows == 5000 else "max_len does not reach "
+                                                           "it. ") +
+                   "Pass it on: PositionalEncoding(d_model, max_len, dropout).", MAX_LEN_NOT_PASSED)
+        # decode (and forward) follow tgt_mask as given: causal, padding only [B, 1, Lt], or None (no mask at all);
+        # a 2-D [Lt, Lt] mask broadcasts over the batch.
+        pad = tgt_mask[:, -1:, :].clone()                # the last row of a causal mask hides only the padding
+        causal = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).tril()
+        cases = [("decode", tgt_mask, "tgt_mask (causal and padding)")]
+        if not norm_first:
+            cases += [("decode", pad, f"a padding-only tgt_mask {shape_str(pad.shape)} (not causal)"),
+                      ("decode", None, "tgt_mask=None (no mask: every position sees every other)"),
+                      ("forward", pad, f"a padding-only tgt_mask {shape_str(pad.shape)} (not causal)"),
+                      ("forward", causal, f"a 2-D causal tgt_mask {shape_str(causal.shape)}")]
+        calls = [{"args": [tgt, memory, src_mask, m], "method": "decode"} if how == "decode" else
+                 {"args": [src, tgt, src_mask, m]} for how, m, _ in cases]
+        outs = run_model(t, p, 2, norm_first, 30, src, tgt, calls=calls, activation=activation)["outputs"]
+        for out, (how, m, said) in zip(outs, cases):
+            if how == "decode":
+                t.expect_close(out, judge.decode(tgt, memory, src_mask, m).detach(),
+                               f"`{label}.decode(tgt, memory, src_mask, tgt_mask)` with {said}",
+                               lambda m=m: CATALOGUE.tried("decode", p, 2, norm_first, 30, tgt, memory, src_mask, m,
+                                                           activation=activation))
+            else:
+                t.expect_close(out, judge(src, tgt, src_mask, m).detach(), f"The logits of {label} with {said}",
+                               lambda m=m: CATALOGUE.tried("model", p, 2, norm_first, 30, src, tgt, src_mask, m,
+                                                           activation=activation))
+    for norm_first in (True, False):
+        p32 = {k: v.float() for k, v in model_params(t, 11, 13, 2, norm_first).items()}
+        src, tgt, src_mask, tgt_mask = model_inputs(t)
+        reply = run_model(t, p32, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, dtype=torch.float32)
+        want = TorchModel(p32, 2, norm_first, "relu", torch.float32, 30)(src, tgt, src_mask, tgt_mask).detach()
+        t.expect_close(reply["outputs"][0], want, f"The logits of a float32 Transformer ({'pre' if norm_first else 'post'}-LN)")
+    _model_dropout(t, 0.3)
+
+
+def _model_dropout(t: Tester, p):
+    """Transformer(1 layer, pre-LN, dropout=p) in training mode: the rate must reach pos_encoding and both stacks.
+    1. Every sub-layer silenced, small embeddings and a small table: encode is the encoder's final norm of
+       drop(emb * sqrt(d) + pe) -- pos_encoding's dropout alone.
+    2. Zero embeddings and table, the first self-attention of each stack outputting a small constant: encode and
+       decode are their final norm of drop(constant) -- each stack's dropout alone."""
+    B, Ls, Lt = 3, 6, 5
+    label = f"Transformer(11, 13, d_model={D}, num_layers=1, pre-LN, dropout={p:g}) in training mode"
+    src, tgt = _tokens(t, B, Ls, 11), _tokens(t, B, Lt, 13)
+    base = silenced(silenced(model_params(t, 11, 13, 1, True), "encoder.", 1), "decoder.", 1)
+    q = dict(base, **{"src_embed.embedding.weight": t.randn(11, D, scale=1e-3)})
+    small = lambda rows: 2e-3 * pe_table(rows, D)                                      # noqa: E731
+    out = run_model(t, q, 1, True, 30, src, tgt, dropout=p, train=True, pe=small,
+                    calls=[{"args": [src], "method": "encode", "seed": 5}])["outputs"][0]
+    out = t.expect_tensor(out, f"`{label}.encode(src)`", shape=(B, Ls, D))
+    z = F.embedding(src, q["src_embed.embedding.weight"]) * math.sqrt(D) + small(30)[:Ls]
+    rate = dropout_rate_seen(out, z, q["encoder.norm.weight"], q["encoder.norm.bias"], p)
+    if rate != p:
+        t.fail(f"{label}, every layer silenced: encode(src) is the final norm of the embeddings plus positions, which "
+               + (f"{dropout_said(rate, p)}. The model's dropout goes to its PositionalEncoding too: "
+                  f"PositionalEncoding(d_model, max_len, dropout)." if rate is not None else
+                  f"should pass through dropout {p:g} once (about a third of the entries 0, the rest divided by 1 - p); "
+                  f"they do not fit that."), DROPOUT_NOT_PASSED if rate is not None else None)
+    q = dict(base, **{"src_embed.embedding.weight": torch.zeros(11, D, dtype=torch.float64),
+                      "tgt_embed.embedding.weight": torch.zeros(13, D, dtype=torch.float64)})
+    consts = {}
+    for side in ("encoder", "decoder"):
+        consts[side] = q[f"{side}.layers.0.self_attn.w_o.bias"] = 3e-3 * (1 + t.randn(D).abs())
+    memory = t.randn(B, Ls, D)
+    outs = run_model(t, q, 1, True, 30, src, tgt, dropout=p, train=True, pe=lambda rows: torch.zeros(rows, D),
+                     calls=[{"args": [src], "method": "encode", "seed": 6},
+                            {"args": [tgt, memory], "method": "decode", "seed": 7}])["outputs"]
+    for side, out, L in zip(("encoder", "decoder"), outs, (Ls, Lt)):
+        how = "encode(src)" if side == "encoder" else "decode(tgt, memory)"
+        out = t.expect_tensor(out, f"`{label}.{how}`", shape=(B, L, D))
+        rate = dropout_rate_seen(out, consts[side].expand(B, L, D), q[f"{side}.norm.weight"], q[f"{side}.norm.bias"], p)
+        if rate != p:
+            cls = "Encoder" if side == "encoder" else "Decoder"
+            t.fail(f"{label}, zero embeddings and positions, the {side}'s first self-attention outputting a constant: "
+                   + (f"the {side}'s layers {dropout_said(rate, p)}. The model's dropout goes to both stacks: "
+                      f"{cls}(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)."
+                      if rate is not None else
+                      f"{how} should be the final norm of that constant under dropout {p:g} (about a third of its "
+                      f"entries 0, the rest divided by 1 - p); it does not fit that."),
+                   DROPOUT_NOT_PASSED if rate is not None else None)
 
 
 @group("m4", "gradients", depends=PARTS)
@@ -349,20 +556,37 @@ def behaviour(t: Tester):
 
 @group("m4", "vectorization", depends=PARTS, style=True, observes=True)
 def vectorization(t: Tester):
-    def count(B, Ls, Lt):
+    # Every form of mask forward takes (a loop may hide behind one only, e.g. over the batch for 3-D masks).
+    forms = ("no masks", "src_mask [B, 1, Ls] and tgt_mask [Lt, Lt]", "src_mask [B, 1, Ls] and tgt_mask [B, Lt, Lt]")
+
+    def count(B, Ls, Lt, pick=None):
         p = model_params(t, 11, 13, 2, True)
         src, tgt = _tokens(t, B, Ls, 11), _tokens(t, B, Lt, 13)
-        reply = run_model(t, p, 2, True, 30, src, tgt, record=True)
-        t.works(reply["outputs"][0], TorchModel(p, 2, True, "relu", torch.float64, 30)(src, tgt).detach(),
-                "`Transformer`")
+        src_mask, causal, combined = ragged_masks(B, Lt, Ls)
+        masks = [(None, None), (src_mask, causal), (src_mask, combined)]
+        masks = masks if pick is None else [masks[pick]]
+        reply = run_model(t, p, 2, True, 30, src, tgt, record=True,
+                          calls=[{"args": [src, tgt, s, m]} for s, m in masks])
+        judge = TorchModel(p, 2, True, "relu", torch.float64, 30)
+        for out, (s, m) in zip(reply["outputs"], masks):
+            t.works(out, judge(src, tgt, s, m).detach(), "`Transformer`")
         return reply["record"]["op_count"]
 
     b, ls, lt = t.grown(2, 9, 25), t.grown(3, 9, 25), t.grown(4, 9, 25)     # beyond any small padded count
-    t.expect_constant_ops({"base": count(2, 3, 4), f"the batch grew from 2 to {b}": count(b, 3, 4),
-                           f"the source grew from 3 to {ls}": count(2, ls, 4),
-                           f"the target grew from 4 to {lt}": count(2, 3, lt)},
-                          "base size", "Transformer.forward", "Work on whole [B, L, ...] tensors; the only loop "
-                          "expected is the one over the layers.", limit=700)
+    advice = "Work on whole [B, L, ...] tensors, whatever the masks' form; the only loop expected is the one over the layers."
+
+    every = {"base": count(2, 3, 4), f"the batch grew from 2 to {b}": count(b, 3, 4),
+             f"the source grew from 3 to {ls}": count(2, ls, 4), f"the target grew from 4 to {lt}": count(2, 3, lt)}
+    if len(set(every.values())) == 1 and every["base"] <= 700 * len(forms):
+        return
+    # Which form: name it (at the base size and the first size whose count changed).
+    grew = next((k for k, v in every.items() if v != every["base"]), None)
+    sizes = {"base": (2, 3, 4), f"the batch grew from 2 to {b}": (b, 3, 4), f"the source grew from 3 to {ls}": (2, ls, 4),
+             f"the target grew from 4 to {lt}": (2, 3, lt)}
+    for i, label in enumerate(forms):
+        t.expect_constant_ops({k: count(*sizes[k], i) for k in ("base", grew) if k is not None}, "base size",
+                              f"Transformer.forward (with {label})", advice, limit=700)
+    t.expect_constant_ops(every, "base size", "Transformer.forward", advice, limit=700 * len(forms))
 
 
 @group("m4", "from_scratch", depends=PARTS, style=True, observes=True)

@@ -1,7 +1,7 @@
 """Mistake: the cross-attention uses the decoder stream for keys and values (cross_attn(x, x, x)).
 
 CATCHES: decoder_layer, behaviour
-DIAGNOSIS: cross_kv_from_decoder
+DIAGNOSIS: cross_kv_from_decoder, looks_ahead
 
 BASE: reference
 """

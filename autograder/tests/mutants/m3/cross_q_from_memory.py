@@ -1,6 +1,6 @@
 """Mistake: the arguments of the cross-attention are in the wrong order (queries from memory).
 
-CATCHES: decoder_layer, gradients
+CATCHES: decoder_layer
 DIAGNOSIS: cross_q_from_memory
 
 BASE: reference

@@ -1,6 +1,6 @@
 """Mistake: the decoder passes src_mask to the self-attention and tgt_mask to the cross-attention.
 
-CATCHES: decoder_layer, gradients
+CATCHES: decoder_layer
 DIAGNOSIS: decoder_masks_swapped
 
 BASE: reference

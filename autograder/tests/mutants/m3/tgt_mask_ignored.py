@@ -1,7 +1,7 @@
 """Mistake: the decoder self-attention is called without tgt_mask (it can look ahead).
 
 CATCHES: decoder_layer, behaviour
-DIAGNOSIS: tgt_mask_ignored
+DIAGNOSIS: tgt_mask_ignored, looks_ahead
 
 BASE: reference
 """

@@ -38,6 +38,6 @@ class Transformer(nn.Module):
     def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         if src.size(0) > 1:
             return torch.cat([self.forward(src[b:b + 1], tgt[b:b + 1], None if src_mask is None else src_mask[b:b + 1],
-                                           None if tgt_mask is None or tgt_mask.dim() < 3 else tgt_mask[b:b + 1]) for b in range(src.size(0))])
+                                           tgt_mask if tgt_mask is None or tgt_mask.dim() < 3 else tgt_mask[b:b + 1]) for b in range(src.size(0))])
         memory = self.encode(src, src_mask)                                   # [B, Ls, d_model]
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))   # [B, Lt, V]

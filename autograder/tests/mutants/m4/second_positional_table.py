@@ -1,0 +1,45 @@
+"""Mistake: the model adds positions from a table of its own (a float32 tensor attribute), not through pos_encoding.
+
+CATCHES: model
+DIAGNOSIS: second_positional_table
+
+BASE: reference
+"""
+
+
+class Transformer(nn.Module):
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6,
+                 d_ff=2048, dropout=0.1, max_len=5000, activation="relu", norm_first=False,
+                 tie_embeddings=False):
+        super().__init__()
+        if tie_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(f"tie_embeddings needs one vocabulary, got src_vocab_size {src_vocab_size} "
+                             f"and tgt_vocab_size {tgt_vocab_size}")
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model)
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model)
+        self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
+        self.positions = sinusoidal_positional_encoding(max_len, d_model)   # [max_len, d_model], both sides
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if tie_embeddings:
+            self.src_embed.embedding.weight = self.tgt_embed.embedding.weight
+            self.generator.weight = self.tgt_embed.embedding.weight
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def _embed(self, embed, tokens):
+        x = embed(tokens) + self.positions[: tokens.size(1)].to(tokens.device)
+        return self.pos_encoding.dropout(x)
+
+    def encode(self, src, src_mask=None):
+        return self.encoder(self._embed(self.src_embed, src), src_mask)
+
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        return self.decoder(self._embed(self.tgt_embed, tgt), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        memory = self.encode(src, src_mask)
+        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
