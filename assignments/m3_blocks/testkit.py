@@ -9,7 +9,7 @@ from torch.overrides import TorchFunctionMode
 MEASURED_SECONDS = 1.8   # cold `pytest -q` here, reference files, 2 cores (median of 3)
 
 GROUPS = {
-    'layer_norm': (3, 'LayerNorm vs torch.nn.LayerNorm: any leading dims, biased variance, eps inside the sqrt (inputs with a large mean and tiny spread), float32 and float64, parameters weight and bias'),
+    'layer_norm': (3, 'LayerNorm vs torch.nn.LayerNorm: any leading dims, biased variance, eps inside the sqrt and the eps you are given (inputs with a large mean and tiny spread), float32 and float64, parameters weight and bias, the input left unchanged'),
     'feed_forward': (2, 'linear2(dropout(activation(linear1(x)))) with relu and the exact gelu'),
     'encoder_layer': (3, 'EncoderLayer vs torch.nn.TransformerEncoderLayer with the same weights: post-LN and pre-LN, relu and gelu, masks, float32'),
     'decoder_layer': (3, 'DecoderLayer vs torch.nn.TransformerDecoderLayer: causal and padding masks, Ls != Lt, post-LN and pre-LN, float32'),

@@ -58,23 +58,6 @@ def inputs_kept(t: Tester, reply, cls: str, names, values, what: str):
                    f"such as +=, -=, add_ or masked_fill_ on an argument).", INPUT_MODIFIED)
 
 
-# ---- the student's own LayerNorm / FeedForward, called directly ----------------------------------
-
-def own_module(t: Tester, cls: str, *args, **kwargs) -> dict:
-    """`t.module` on the student's own `cls` in a group that has a stand-in for it (the student's failed its
-    group). The request builds the student's class itself (the worker always targets the student's own
-    class), so for this request the name stays the student's: under the stand-in's name, a valid
-    `super(FeedForward, self).__init__()` in the student's class would raise TypeError (the name would then be
-    the stand-in's class, which the student's object is not an instance of), and the grader's swap would be
-    reported as the student's crash. The layers built in other requests still get the stand-in."""
-    stand_in = t.patches.pop(cls, None)
-    try:
-        return t.module(cls, *args, **kwargs)
-    finally:
-        if stand_in is not None:
-            t.patches[cls] = stand_in
-
-
 # ---- running the student's layers ---------------------------------------------------------------
 
 
@@ -426,11 +409,11 @@ def dropout(t: Tester):
     xf = t.randn(B, L, d)
     # gelu, not relu: with relu, dropout before or after the activation gives the same numbers.
     kw = {"dropout": p, "activation": "gelu"}
-    evaluated = own_module(t, "FeedForward", (d, d), kw, params=ff, dtype="float64",
+    evaluated = t.module("FeedForward", (d, d), kw, params=ff, dtype="float64",
                            calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     t.expect_close(evaluated, feed_forward_fn(ff, xf, "gelu"), "The output of FeedForward(dropout=0.5, activation='gelu') in "
                    "eval mode", lambda: CATALOGUE.tried("feed_forward", ff, xf, "gelu"))
-    out = own_module(t, "FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
+    out = t.module("FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
                      calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     if ((out == 0).double().mean().item() > 0.25):
         t.fail("FeedForward(dropout=0.5) in training mode zeroes its outputs: the dropout sits after linear2. It "
@@ -534,7 +517,7 @@ def structure(t: Tester):
         if reply["attrs"][0].get("norm_first") is not norm_first:
             t.fail(f"{cls}(..., norm_first={norm_first}).norm_first should be {norm_first}.", NORM_FIRST_ATTRIBUTE)
     for cls, args in (("FeedForward", (d, d_ff)), ("EncoderLayer", (d, 2, d_ff)), ("DecoderLayer", (d, 2, d_ff))):
-        reply = own_module(t, cls, args, {"activation": "tanh"}, allow_error=True)
+        reply = t.module(cls, args, {"activation": "tanh"}, allow_error=True)
         if reply.get("ok"):
             t.fail(f"{cls}(..., activation='tanh') should raise ValueError (only 'relu' and 'gelu' are allowed), "
                    f"but it was created.", ACTIVATION_NOT_CHECKED)
@@ -544,7 +527,7 @@ def structure(t: Tester):
                    f"'gelu'; it raised {reply.get('type')}: {message}", ACTIVATION_ERROR_MESSAGE)
         # The names are lowercase: "GELU" or "ReLU" is another value, refused like any other.
         for name in (("GELU", "ReLU") if cls == "FeedForward" else ("GELU",)):
-            reply = own_module(t, cls, args, {"activation": name}, allow_error=True)
+            reply = t.module(cls, args, {"activation": name}, allow_error=True)
             if reply.get("ok"):
                 t.fail(f"{cls}(..., activation={name!r}) should raise ValueError: the allowed values are exactly "
                        f"'relu' and 'gelu', lowercase, as the docstring says; it was created, so a name in another "
@@ -616,7 +599,7 @@ def from_scratch(t: Tester):
     record = dict(reply["record"])
     record["functions"] = record["functions"] + reply.get("submodules", [])
     t.expect_allowed(record, "DecoderLayer")
-    ln = own_module(t, "LayerNorm", (d,), calls=[{"args": [x]}], record=True, dtype="float64")
+    ln = t.module("LayerNorm", (d,), calls=[{"args": [x]}], record=True, dtype="float64")
     t.works(ln["outputs"][0], F.layer_norm(x, (d,)), "`LayerNorm`")
     record = dict(ln["record"])
     record["functions"] = record["functions"] + ln.get("submodules", [])
