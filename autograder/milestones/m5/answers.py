@@ -1,9 +1,9 @@
 """Milestone 5's right answers, as the judge computes them: the batch contract, the loss (with
-F.cross_entropy), the Noam schedule and the judge's own training steps (reference.TorchModel and
-torch.optim, from the same weights and batches as the student's). Beside them, the CATALOGUE entries that
-recompute the known mistakes of the loss and of make_batch (each the right computation with one thing
-changed); judge_steps reproduces the known mistakes of train_step by its switches (declared in
-mistakes.py: STEP_MISTAKES)."""
+F.cross_entropy), the Noam schedule, evaluate's answer and the judge's own training steps (reference.TorchModel
+and torch.optim, from the same weights and batches as the student's). Beside them, the CATALOGUE entries that
+recompute the known mistakes of the loss, of make_batch and of evaluate (each the right computation with one
+thing changed, or an unstable way of computing log-probabilities); judge_steps reproduces the known mistakes of
+train_step by its switches (declared in mistakes.py: STEP_MISTAKES)."""
 from __future__ import annotations
 
 import math
@@ -125,60 +125,60 @@ CATALOGUE.deviations("loss", _loss_variant, (
          "classes of -log p.", {"ignore_smoothing": True})))
 
 
-def _cost_mean(lp, target, smoothing, pad_id):
-    """The right cost and mean, from log-probabilities `lp` [N, V] however they were computed."""
+def _cost_mean(lp, target, smoothing, pad_id, masking="where"):
+    """The right cost and mean, from log-probabilities `lp` [N, V] however they were computed; `masking`: how the
+    padded positions are left out, "where" (torch.where or boolean indexing: an inf or NaN there is dropped) or
+    "multiply" (cost * keep: an inf there gives NaN)."""
     Vv = lp.size(-1)
     t = target.reshape(-1)
     keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None else t != pad_id
     cost = (1 - smoothing) * -lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0] + smoothing * (-lp).mean(1)
-    return torch.where(keep, cost, torch.zeros_like(cost)).sum() / keep.sum()
+    cost = cost * keep if masking == "multiply" else torch.where(keep, cost, torch.zeros_like(cost))
+    return cost.sum() / keep.sum()
 
 
 # Unstable log-probabilities: each is right on moderate logits and gives inf or NaN on some large ones. The
 # loss check's inputs separate them (logits around 1000 close together: only exp(x) overflows; rows far apart:
-# only one global maximum fails; one row spread over 1e4: only the probabilities underflow).
-OVERFLOW = ("log(softmax) is computed from exp(x) of the raw logits, which overflows (exp(x) = inf above about 709 "
-            "in float64, 88 in float32): use logits - torch.logsumexp(logits, -1, keepdim=True).")
+# only one global maximum fails; one row spread over 1e4 below a maximum of 0: only the probabilities
+# underflow). Each is registered with both ways of leaving out the padded positions, which give inf or NaN.
+def _ratio_log(e):
+    return torch.log(e / e.sum(1, keepdim=True))
 
 
-@CATALOGUE.entry("loss", "loss_overflow", OVERFLOW)
-def _naive_loss(logits, target, smoothing=0.0, pad_id=None):
-    e = torch.exp(logits.reshape(-1, logits.size(-1)))
-    return _cost_mean(torch.log(e / e.sum(1, keepdim=True)), target, smoothing, pad_id)
+def _raw_log_probs(z, form):
+    return _ratio_log(torch.exp(z)) if form == "ratio" else z - torch.log(torch.exp(z).sum(1, keepdim=True))
 
 
-@CATALOGUE.entry("loss", "loss_overflow", OVERFLOW)
-def _naive_log_sum_exp_loss(logits, target, smoothing=0.0, pad_id=None):
-    z = logits.reshape(-1, logits.size(-1))
-    return _cost_mean(z - torch.log(torch.exp(z).sum(1, keepdim=True)), target, smoothing, pad_id)
+def _global_max_log_probs(z, form):
+    return _raw_log_probs(z - z.max(), form)
 
 
-GLOBAL_MAX = ("one maximum of the whole tensor is subtracted from every row, so a row whose logits are all far below "
-              "it gives exp(...) = 0 and log(0) = -inf: subtract each row's own maximum (amax over the classes, "
-              "keepdim=True), or use torch.logsumexp(logits, -1, keepdim=True).")
+def _log_of_softmax(z, form):
+    return _ratio_log(torch.exp(z - z.amax(1, keepdim=True)))
 
 
-@CATALOGUE.entry("loss", "global_max_shift", GLOBAL_MAX)
-def _global_max_loss(logits, target, smoothing=0.0, pad_id=None):
-    z = logits.reshape(-1, logits.size(-1))
-    z = z - z.max()
-    return _cost_mean(z - torch.log(torch.exp(z).sum(1, keepdim=True)), target, smoothing, pad_id)
+def _unstable(log_probs, form, masking):
+    def loss(logits, target, smoothing=0.0, pad_id=None):
+        z = logits.reshape(-1, logits.size(-1))
+        return _cost_mean(log_probs(z, form), target, smoothing, pad_id, masking)
+    return loss
 
 
-@CATALOGUE.entry("loss", "global_max_shift", GLOBAL_MAX)
-def _global_max_ratio_loss(logits, target, smoothing=0.0, pad_id=None):
-    e = torch.exp(logits.reshape(-1, logits.size(-1)) - logits.max())
-    return _cost_mean(torch.log(e / e.sum(1, keepdim=True)), target, smoothing, pad_id)
-
-
-@CATALOGUE.entry("loss", "log_of_softmax_underflow",
-                 "the log-probabilities are log(softmax(x)): the softmax is stable, but the probability of a logit far "
-                 "below its row's maximum (more than about 745 below in float64, 104 in float32) underflows to 0 and log(0) = -inf. Compute them "
-                 "without forming the probabilities: logits - torch.logsumexp(logits, -1, keepdim=True).")
-def _log_of_softmax_loss(logits, target, smoothing=0.0, pad_id=None):
-    z = logits.reshape(-1, logits.size(-1))
-    e = torch.exp(z - z.amax(1, keepdim=True))
-    return _cost_mean(torch.log(e / e.sum(1, keepdim=True)), target, smoothing, pad_id)
+_UNSTABLE = (
+    ("loss_overflow", "log(softmax) is computed from exp(x) of the raw logits, which overflows (exp(x) = inf above "
+     "about 709 in float64, 88 in float32): use logits - torch.logsumexp(logits, -1, keepdim=True).",
+     _raw_log_probs, ("ratio", "difference")),
+    ("global_max_shift", "one maximum of the whole tensor is subtracted from every row, so a row whose logits are all "
+     "far below it gives exp(...) = 0 and log(0) = -inf: subtract each row's own maximum (amax over the classes, "
+     "keepdim=True), or use torch.logsumexp(logits, -1, keepdim=True).", _global_max_log_probs, ("ratio", "difference")),
+    ("log_of_softmax_underflow", "the log-probabilities are log(softmax(x)): the softmax is stable, but the "
+     "probability of a logit far below its row's maximum (more than about 745 below in float64, 104 in float32) "
+     "underflows to 0 and log(0) = -inf. Compute them without forming the probabilities: logits - "
+     "torch.logsumexp(logits, -1, keepdim=True).", _log_of_softmax, ("ratio",)))
+for _id, _text, _log_probs, _forms in _UNSTABLE:
+    for _form in _forms:
+        for _masking in ("where", "multiply"):
+            CATALOGUE.mistake(_id, _text, kind="loss", reproduce=_unstable(_log_probs, _form, _masking))
 
 
 CATALOGUE.deviations("batch", expected_batch, (
@@ -198,12 +198,35 @@ CATALOGUE.deviations("batch", expected_batch, (
          "not those equal to pad_id: compare with the pad_id argument.", {"mask_key": 0})))
 
 
-def expected_evaluate(per_batch, pad_id, *, count="pad_id", loss_pad="pad_id", mean_of_means=False):
-    """evaluate's answer from the judge's logits of each batch, [(logits, tgt_out)], or one deviation: count:
-    which targets are counted ("pad_id": those != pad_id; 0: those != 0; "all": every position); loss_pad: the
-    padding id the loss is given ("pad_id", 0 or None); mean_of_means: the mean of the per-batch losses."""
+def masks_keyed_on(batch, key):
+    """The batch's masks rebuilt to block the tokens equal to `key` (what code that builds its own masks with a
+    fixed id computes)."""
+    Lt = batch["tgt_in"].size(1)
+    causal = torch.ones(Lt, Lt, dtype=torch.bool).tril()
+    return (batch["src"] != key)[:, None, :], causal & (batch["tgt_in"] != key)[:, None, :]
+
+
+def judge_logits(model, batches):
+    """[{"logits", "tgt_out", "zero_masks"}] of the judge's `model` for each batch (no gradients); "zero_masks":
+    the logits with masks that block the tokens 0 instead of the padding."""
+    out = []
+    with torch.no_grad():
+        for b in batches:
+            logits = model(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"])
+            zero = model(b["src"], b["tgt_in"], *masks_keyed_on(b, 0))
+            out.append({"logits": logits, "tgt_out": b["tgt_out"], "zero_masks": zero})
+    return out
+
+
+def expected_evaluate(per_batch, pad_id, *, count="pad_id", loss_pad="pad_id", mean_of_means=False,
+                      masks="batch"):
+    """evaluate's answer from the judge's logits of each batch (judge_logits), or one deviation: count: which
+    targets are counted ("pad_id": those != pad_id; 0: those != 0; "all": every position); loss_pad: the padding
+    id the loss is given ("pad_id", 0 or None); mean_of_means: the mean of the per-batch losses; masks: "batch"
+    (the batch's own) or "zero" (masks rebuilt to block the tokens 0)."""
     total, tokens, means = 0.0, 0, []
-    for logits, target in per_batch:
+    for judged in per_batch:
+        logits, target = judged["logits" if masks == "batch" else "zero_masks"], judged["tgt_out"]
         n = target.numel() if count == "all" else int((target != (pad_id if count == "pad_id" else count)).sum())
         if n == 0:
             continue
@@ -224,7 +247,10 @@ CATALOGUE.deviations("evaluate", expected_evaluate, (
         ("evaluate_pad_zero", "evaluate uses 0 as the padding id, not its pad_id argument: pass pad_id to the loss "
          "and count the targets != pad_id.", {"count": 0, "loss_pad": 0}),
         ("evaluate_pad_not_passed", "evaluate's loss leaves out no position: pad_id is not passed to "
-         "label_smoothed_cross_entropy, whose default None ignores nothing.", {"loss_pad": None})))
+         "label_smoothed_cross_entropy, whose default None ignores nothing.", {"loss_pad": None}),
+        ("evaluate_masks_key_on_zero", "evaluate runs the model with masks of its own that block the tokens 0, not "
+         "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and batch[\"tgt_mask\"].",
+         {"masks": "zero"})))
 
 
 # ---- the judge's training steps ---------------------------------------------------------------------
@@ -232,7 +258,7 @@ CATALOGUE.deviations("evaluate", expected_evaluate, (
 def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=None, warmup=4, *, pad_id=PAD,
                 dtype=torch.float64, skip_zero=False, zero_late=False, zero_after_step=False, clip="norm",
                 sched_first=False, loss_on_tgt_in=False, loss_pad="pad_id", loss_smoothing=None, stale=False,
-                returned="smoothed"):
+                masks="batch"):
     """Parameters (student names) after each of `steps` steps of the judge's own train_step, or of a known
     mistake, and the losses returned; the last snapshot also holds the gradients left after the last step,
     under "grad:" + name (None counts as zeros). Switches: skip_zero: gradients never zeroed; zero_late: zeroed
@@ -240,8 +266,9 @@ def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=No
     between backward and step), "after_step", "none", "value" (clip_grad_value_), "per_tensor" (each gradient
     to norm clip_norm on its own); sched_first: scheduler stepped before the optimizer; loss_on_tgt_in: no
     shift; loss_pad: the padding id the loss is given ("pad_id", 0 or None); loss_smoothing: the smoothing the
-    loss is given (None: `smoothing`); returned: "smoothed" (the loss stepped on) or "plain" (the cross-entropy
-    without smoothing) as the returned losses."""
+    loss is given (None: `smoothing`); masks: "batch" (the batch's own) or "zero" (masks rebuilt to block the
+    tokens 0). Also returns the losses stepped on and, of the same logits, the plain
+    cross-entropy (no smoothing) of each step."""
     model = TorchModel({k: v.to(dtype) for k, v in p.items()}, 1, False, "relu", dtype, MAX_LEN)
     params = list(model.parameters())
     if optimizer == "sgd":
@@ -254,12 +281,13 @@ def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=No
             q.grad = torch.full_like(q, 0.5)
     ignore = pad_id if loss_pad == "pad_id" else loss_pad
     e = smoothing if loss_smoothing is None else loss_smoothing
-    out, losses = [], []
+    out, losses, plain = [], [], []
     for i in range(steps):
         b = batches[i % len(batches)]
         if not (skip_zero or zero_late or zero_after_step):
             opt.zero_grad()
-        logits = model(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"])
+        src_mask, tgt_mask = (b["src_mask"], b["tgt_mask"]) if masks == "batch" else masks_keyed_on(b, 0)
+        logits = model(b["src"], b["tgt_in"], src_mask, tgt_mask)
         target = b["tgt_in"] if loss_on_tgt_in else b["tgt_out"]
         loss = expected_loss(logits, target, e, ignore)
         loss.backward()
@@ -282,12 +310,11 @@ def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=No
             sched.step()
         if zero_after_step:
             opt.zero_grad()
-        if returned == "plain":
-            with torch.no_grad():
-                loss = expected_loss(logits, b["tgt_out"], 0.0, pad_id)
+        with torch.no_grad():
+            plain.append(expected_loss(logits, b["tgt_out"], 0.0, pad_id).item())
         losses.append(loss.item())
         out.append(by_student_name(model, p, lambda t: t.detach().clone()))
     if out:
         grads = by_student_name(model, p, lambda t: torch.zeros_like(t) if t.grad is None else t.grad.detach().clone())
         out[-1].update({"grad:" + k: v for k, v in grads.items()})
-    return out, losses
+    return out, losses, plain

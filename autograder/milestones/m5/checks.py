@@ -22,7 +22,7 @@ from autograder.grading.checks import TOLERANCES, CheckFailed, Tester, describe,
 from autograder.milestones.reference import D, TorchModel, model_params, pe_table
 from autograder.milestones.m5 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m5.answers import (
-    BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_steps, noam)
+    BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam)
 from autograder.milestones.m5.mistakes import (
     CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
     EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_BY_FLAG, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
@@ -30,13 +30,13 @@ from autograder.milestones.m5.mistakes import (
     NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
     TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
     TOKENIZER_VOCAB_SIZE, TRAIN_MODE_BY_FLAG, WRONG_LOSS_RETURNED)
+from autograder.milestones.m5.recipes import (  # noqa: F401  (WORKER_PRELOAD: read here by grade.worker_preload)
+    WORKER_PRELOAD, recipe_decode, recipe_evaluate, recipe_learn, recipe_optimizer, recipe_tokenizer, recipe_train)
 
 # A padding id other than the tokenizer's 0, for every function that takes pad_id as an argument (make_batch, the
 # loss, train_step, evaluate): code that writes 0 where it means pad_id gives the right answers with pad_id=0 only.
 # The inputs with this id hold real tokens 0 as well.
 OTHER_PAD = 7
-from autograder.milestones.m5.recipes import (  # noqa: F401  (WORKER_PRELOAD: read here by grade.worker_preload)
-    WORKER_PRELOAD, recipe_decode, recipe_evaluate, recipe_learn, recipe_optimizer, recipe_tokenizer, recipe_train)
 
 
 # ---- reading what came back ---------------------------------------------------------------------------
@@ -341,11 +341,11 @@ def _compare_steps(t: Tester, got, p, batches_, what, names, **kw):
     """The parameters after the first and the last call against the judge's own steps. A known mistake is named
     when its own steps give the student's parameters after every compared call and the gradients left after the
     last one (clipping after the step and not clipping move the parameters alike; only the gradients left
-    differ)."""
+    differ). Returns the judge's losses: (stepped on, plain cross-entropy) of each call."""
     steps = len(got["params"])
     dtype = kw.get("dtype", torch.float64)
     atol, rtol = (1e-8, TOLERANCES[torch.float64][1]) if dtype == torch.float64 else TOLERANCES[dtype]
-    want, _ = judge_steps(p, batches_, steps, **kw)
+    want, losses, plain = judge_steps(p, batches_, steps, **kw)
     compared = sorted({0, steps - 1})
     grads = ["grad:" + n for n in names]
 
@@ -373,6 +373,7 @@ def _compare_steps(t: Tester, got, p, batches_, what, names, **kw):
                        f"The parameters after {i + 1} call(s) of {what}",
                        lambda i=i: [(m, flat(snapshots[i], names, dtype)) for m, snapshots in fitting()],
                        atol=atol)
+    return losses, plain
 
 
 def _check_float_returned(t: Tester, got, what):
@@ -384,17 +385,16 @@ def _check_float_returned(t: Tester, got, what):
                    (" that still holds the autograd graph" if holds else "") + ".", LOSS_RETURNED_AS_TENSOR)
 
 
-def _check_returned(t: Tester, got, p, batches_, what, **kw):
-    """train_step returns the loss it stepped on (smoothed, before the update)."""
-    steps = len(got["returned"])
-    _, losses = judge_steps(p, batches_, steps, **kw)
-    _, plain = judge_steps(p, batches_, steps, returned="plain", **kw)
+def _check_returned(t: Tester, got, batches_, what, judged, smoothing=0.0):
+    """train_step returns the loss it stepped on (smoothed, before the update). `judged`: the judge's losses
+    (stepped on, plain) from _compare_steps."""
+    losses, plain = judged
     for i, (a, b) in enumerate(zip(got["returned"], losses)):
         if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
             n = int((batches_[i % len(batches_)]["tgt_out"] != PAD).sum())
             if math.isclose(a, plain[i], rel_tol=1e-9) and not math.isclose(b, plain[i], rel_tol=1e-9):
                 t.fail(f"Call {i + 1} of {what} returned {a:.10g}, the cross-entropy of that batch without smoothing; "
-                       f"the loss it stepped on (smoothing {kw.get('smoothing', 0.0)}, before the update) is {b:.10g}. "
+                       f"the loss it stepped on (smoothing {smoothing}, before the update) is {b:.10g}. "
                        f"Likely cause: {RETURNS_UNSMOOTHED.text}", RETURNS_UNSMOOTHED)
             total = (f" That is the loss times the batch's {n} non-pad target tokens (a total): return the mean."
                      if math.isclose(a, b * n, rel_tol=1e-9) else "")
@@ -416,8 +416,7 @@ def train_step(t: Tester):
     what = "`train_step(model, batch, optimizer, pad_id=0, scheduler)` (Adam, warm-up schedule, float64)"
     got = t.run(recipe_train, p, table, V, 1, batches_, 3, "adam", 0.0, None, 4, what=what)["value"]
     _check_float_returned(t, got, what)
-    _compare_steps(t, got, p, batches_, what, names)
-    _check_returned(t, got, p, batches_, what)
+    _check_returned(t, got, batches_, what, _compare_steps(t, got, p, batches_, what, names))
     if not got["training"]:
         t.fail(f"After {what} the model is in eval mode: train_step must call model.train() (dropout is part of "
                f"training).", EVAL_MODE_IN_TRAIN)
@@ -428,8 +427,8 @@ def train_step(t: Tester):
     what = "`train_step(..., smoothing=0.1)` on a model holding old gradients (Adam, float64)"
     stale = t.run(recipe_train, p, table, V, 1, batches_, 2, "adam", 0.1, None, 4, stale_grads=True, what=what)["value"]
     _check_float_returned(t, stale, what)
-    _compare_steps(t, stale, p, batches_, what, names, smoothing=0.1, stale=True)
-    _check_returned(t, stale, p, batches_, what, smoothing=0.1, stale=True)
+    judged = _compare_steps(t, stale, p, batches_, what, names, smoothing=0.1, stale=True)
+    _check_returned(t, stale, batches_, what, judged, smoothing=0.1)
     clipped = t.run(recipe_train, p, table, V, 1, batches_, 2, "sgd", 0.0, 0.05, 4,
                     what="`train_step(..., clip_norm=0.05)` with plain SGD")["value"]
     _compare_steps(t, clipped, p, batches_, "`train_step(..., clip_norm=0.05)` with SGD (lr 0.1)", names,
@@ -449,20 +448,14 @@ def train_step(t: Tester):
                f"mode. Call model.train() first.", EVAL_MODE_IN_TRAIN)
 
 
-def _judge_logits(p, batches_):
-    """[(logits, tgt_out)] of the judge's own model (eval mode, no gradients) for each batch."""
-    judge = TorchModel(p, 1, False, "relu", torch.float64, MAX_LEN).eval()
-    with torch.no_grad():
-        return [(judge(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"]), b["tgt_out"]) for b in batches_]
-
-
 @group("m5", "evaluate", depends=("loss",))
 def evaluate(t: Tester):
     p, table, batches_ = _train_inputs(t)
     other = _other_pad_batches()
     runs = [("train", PAD, batches_, ""), ("eval", PAD, batches_, ""),
             ("train", OTHER_PAD, other, f", batches padded with {OTHER_PAD} (and holding real tokens 0)")]
-    judged = {PAD: _judge_logits(p, batches_), OTHER_PAD: _judge_logits(p, other)}
+    judge = TorchModel(p, 1, False, "relu", torch.float64, MAX_LEN).eval()
+    judged = {PAD: judge_logits(judge, batches_), OTHER_PAD: judge_logits(judge, other)}
     for mode, pad_id, batches_of_run, holding in runs:
         per_batch = judged[pad_id]
         want = expected_evaluate(per_batch, pad_id)

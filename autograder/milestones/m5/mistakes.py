@@ -96,6 +96,9 @@ STEP_MISTAKES = {
     "train_step_pad_not_passed": ("train_step's loss leaves out no position: pad_id is not passed to "
                                   "label_smoothed_cross_entropy, whose default None ignores nothing.",
                                   {"loss_pad": None}),
+    "train_step_masks_key_on_zero": ("train_step runs the model with masks of its own that block the tokens 0, not "
+                                     "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and "
+                                     "batch[\"tgt_mask\"].", {"masks": "zero"}),
     "train_step_smoothing_not_passed": ("train_step's loss has no label smoothing: pass `smoothing` to "
                                         "label_smoothed_cross_entropy.", {"loss_smoothing": 0.0}),
 }
