@@ -1,18 +1,19 @@
 """Milestone 5's right answers, as the judge computes them: the batch contract, the loss (with
-F.cross_entropy), the Noam schedule and the judge's own training steps (reference.TorchModel and
-torch.optim, from the same weights and batches as the student's). Beside them, the CATALOGUE entries that
-recompute the known mistakes of the loss and of make_batch (each the right computation with one thing
-changed); judge_steps reproduces the known mistakes of train_step by its switches (declared in
-mistakes.py: STEP_MISTAKES)."""
+F.cross_entropy), the Noam schedule, evaluate's answer and the judge's own training steps (reference.TorchModel
+and torch.optim, from the same weights and batches as the student's). Beside them, the CATALOGUE entries that
+recompute the known mistakes of the loss, of make_batch and of evaluate (each the right computation with one
+thing changed, or an unstable way of computing log-probabilities); judge_steps reproduces the known mistakes of
+train_step by its switches (declared in mistakes.py: STEP_MISTAKES)."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 import torch.nn.functional as F
 
 from autograder.milestones.reference import TorchModel, by_student_name
-from autograder.milestones.m5.mistakes import CATALOGUE
+from autograder.milestones.m5.mistakes import CATALOGUE, MEAN_OF_BATCH_MEANS
 
 # judge_steps replays "scheduler before optimizer" on purpose
 warnings.filterwarnings("ignore", message="Detected call of", category=UserWarning)
@@ -24,11 +25,15 @@ MAX_LEN = 16
 # ---- the judge's answers ------------------------------------------------------------------------
 
 def expected_batch(src_ids, tgt_ids, pad_id=PAD, bos_id=BOS, eos_id=EOS, *, shift=True, bos_out=False,
-                   left=False, tgt_padding_in_mask=True, block_pad_rows=False):
-    """make_batch's contract (or one deviation from it), as plain tensors."""
+                   left=False, tgt_padding_in_mask=True, block_pad_rows=False, fill=None, mask_key=None):
+    """make_batch's contract (or one deviation from it), as plain tensors. `fill`: the id the sequences are
+    padded with, `mask_key`: the id the masks block (both pad_id unless a deviation says otherwise)."""
+    fill = pad_id if fill is None else fill
+    key = pad_id if mask_key is None else mask_key
+
     def pad(seqs):
         n = max(len(s) for s in seqs)
-        rows = [([pad_id] * (n - len(s)) + list(s)) if left else (list(s) + [pad_id] * (n - len(s))) for s in seqs]
+        rows = [([fill] * (n - len(s)) + list(s)) if left else (list(s) + [fill] * (n - len(s))) for s in seqs]
         return torch.tensor(rows, dtype=torch.long)
     src = pad(src_ids)
     tgt_in = pad([[bos_id] + list(t) for t in tgt_ids])
@@ -38,10 +43,10 @@ def expected_batch(src_ids, tgt_ids, pad_id=PAD, bos_id=BOS, eos_id=EOS, *, shif
     Lt = tgt_in.size(1)
     tgt_mask = torch.ones(Lt, Lt, dtype=torch.bool).tril().expand(len(tgt_ids), Lt, Lt).clone()
     if tgt_padding_in_mask:
-        tgt_mask &= (tgt_in != pad_id)[:, None, :]
+        tgt_mask &= (tgt_in != key)[:, None, :]
     if block_pad_rows:
-        tgt_mask &= (tgt_in != pad_id)[:, :, None]
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "src_mask": (src != pad_id)[:, None, :],
+        tgt_mask &= (tgt_in != key)[:, :, None]
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "src_mask": (src != key)[:, None, :],
             "tgt_mask": tgt_mask}
 
 
@@ -63,11 +68,14 @@ def _lp(logits):
 
 
 def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad_in_mean=False, reduce="mean",
-                  ignore_smoothing=False, pad_counted=None):
+                  ignore_smoothing=False, pad_counted=None, ignored=None):
     Vv = logits.size(-1)
     lp, t = _lp(logits.reshape(-1, Vv)), target.reshape(-1)
-    keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None or pad_in_mean else t != pad_id
-    counted = keep if pad_counted is None or pad_id is None else torch.ones_like(keep)
+    # ignored: which targets are left out ("zero": those equal to 0 whatever pad_id is; "zero_if_none": 0 when
+    # pad_id is None, else pad_id)
+    key = 0 if ignored == "zero" or (ignored == "zero_if_none" and pad_id is None) else pad_id
+    keep = torch.ones_like(t, dtype=torch.bool) if key is None or pad_in_mean else t != key
+    counted = keep if pad_counted is None or key is None else torch.ones_like(keep)
     e = 0.0 if ignore_smoothing else smoothing
     nll = -lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0]
     if spread == "V-1" or (spread == "V-2" and pad_id is not None):
@@ -80,11 +88,15 @@ def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad
     cost = torch.where(keep, cost, torch.zeros_like(cost))
     if reduce == "sum":
         return cost.sum()
-    if reduce == "per_sequence" and target.dim() == 2:
-        k = keep.reshape(target.shape)
-        return (cost.reshape(target.shape).sum(1) / k.sum(1).clamp(min=1)).mean()
+    if reduce in ("per_sequence", "per_sequence_nan") and target.dim() == 2:
+        k = keep.reshape(target.shape).sum(1)
+        return (cost.reshape(target.shape).sum(1) / (k if reduce == "per_sequence_nan" else k.clamp(min=1))).mean()
     return cost.sum() / counted.sum()
 
+
+IGNORES_ZERO = ("the positions whose target is 0 are left out, not those whose target equals pad_id: compare the "
+                "targets with the pad_id argument (the tokenizer's <pad> is 0, but the loss must use the id it is "
+                "given), and with pad_id=None leave out nothing.")
 
 CATALOGUE.deviations("loss", _loss_variant, (
         ("pad_in_mean", "padded positions count in the mean (their cost is left out of the sum but not of the "
@@ -100,22 +112,73 @@ CATALOGUE.deviations("loss", _loss_variant, (
          "pad_id (sum of their costs / their number).", {"pad_in_mean": True}),
         ("loss_summed", "the cost is summed over positions; it is the mean over the non-pad positions.",
          {"reduce": "sum"}),
+        ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero"}),
+        ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero_if_none"}),
+        # Registered before the general sentence of the same mistake: where both fit (no sequence is all
+        # padding), the later one's sentence is the one named.
+        ("mean_of_sequence_means", "the mean is taken per sequence, then over sequences, and a sequence whose "
+         "targets are all pad_id gives 0 / 0 = NaN: take one mean over all non-pad positions of the batch (sum "
+         "of their costs / their number).", {"reduce": "per_sequence_nan"}),
         ("mean_of_sequence_means", "the mean is taken per sequence, then over sequences; it is one mean over all "
          "non-pad positions (sequences with more tokens weigh more).", {"reduce": "per_sequence"}),
         ("smoothing_ignored", "the `smoothing` argument has no effect: cost = (1 - e) * nll + e * mean over the "
          "classes of -log p.", {"ignore_smoothing": True})))
 
 
-@CATALOGUE.entry("loss", "loss_overflow", "log(softmax) computed as log(exp(x) / sum exp(x)) overflows for large "
-                 "logits: use logits - torch.logsumexp(logits, -1, keepdim=True).")
-def _naive_loss(logits, target, smoothing=0.0, pad_id=None):
-    Vv = logits.size(-1)
-    e = torch.exp(logits.reshape(-1, Vv))
-    lp = torch.log(e / e.sum(1, keepdim=True))
+def _cost_mean(lp, target, smoothing, pad_id, masking="where"):
+    """The right cost and mean, from log-probabilities `lp` [N, V] however they were computed; `masking`: how the
+    padded positions are left out, "where" (torch.where or boolean indexing: an inf or NaN there is dropped) or
+    "multiply" (cost * keep: an inf there gives NaN)."""
+    Vv = lp.size(-1)
     t = target.reshape(-1)
     keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None else t != pad_id
     cost = (1 - smoothing) * -lp.gather(1, t.clamp(0, Vv - 1)[:, None])[:, 0] + smoothing * (-lp).mean(1)
-    return torch.where(keep, cost, torch.zeros_like(cost)).sum() / keep.sum()
+    cost = cost * keep if masking == "multiply" else torch.where(keep, cost, torch.zeros_like(cost))
+    return cost.sum() / keep.sum()
+
+
+# Unstable log-probabilities: each is right on moderate logits and gives inf or NaN on some large ones. The
+# loss check's inputs separate them (logits around 1000 close together: only exp(x) overflows; rows far apart:
+# only one global maximum fails; one row spread over 1e4 below a maximum of 0: only the probabilities
+# underflow). Each is registered with both ways of leaving out the padded positions, which give inf or NaN.
+def _ratio_log(e):
+    return torch.log(e / e.sum(1, keepdim=True))
+
+
+def _raw_log_probs(z, form):
+    return _ratio_log(torch.exp(z)) if form == "ratio" else z - torch.log(torch.exp(z).sum(1, keepdim=True))
+
+
+def _global_max_log_probs(z, form):
+    return _raw_log_probs(z - z.max(), form)
+
+
+def _log_of_softmax(z, form):
+    return _ratio_log(torch.exp(z - z.amax(1, keepdim=True)))
+
+
+def _unstable(log_probs, form, masking):
+    def loss(logits, target, smoothing=0.0, pad_id=None):
+        z = logits.reshape(-1, logits.size(-1))
+        return _cost_mean(log_probs(z, form), target, smoothing, pad_id, masking)
+    return loss
+
+
+_UNSTABLE = (
+    ("loss_overflow", "log(softmax) is computed from exp(x) of the raw logits, which overflows (exp(x) = inf above "
+     "about 709 in float64, 88 in float32): use logits - torch.logsumexp(logits, -1, keepdim=True).",
+     _raw_log_probs, ("ratio", "difference")),
+    ("global_max_shift", "one maximum of the whole tensor is subtracted from every row, so a row whose logits are all "
+     "far below it gives exp(...) = 0 and log(0) = -inf: subtract each row's own maximum (amax over the classes, "
+     "keepdim=True), or use torch.logsumexp(logits, -1, keepdim=True).", _global_max_log_probs, ("ratio", "difference")),
+    ("log_of_softmax_underflow", "the log-probabilities are log(softmax(x)): the softmax is stable, but the "
+     "probability of a logit far below its row's maximum (more than about 745 below in float64, 104 in float32) "
+     "underflows to 0 and log(0) = -inf. Compute them without forming the probabilities: logits - "
+     "torch.logsumexp(logits, -1, keepdim=True).", _log_of_softmax, ("ratio",)))
+for _id, _text, _log_probs, _forms in _UNSTABLE:
+    for _form in _forms:
+        for _masking in ("where", "multiply"):
+            CATALOGUE.mistake(_id, _text, kind="loss", reproduce=_unstable(_log_probs, _form, _masking))
 
 
 CATALOGUE.deviations("batch", expected_batch, (
@@ -128,17 +191,85 @@ CATALOGUE.deviations("batch", expected_batch, (
         ("tgt_mask_without_padding", "tgt_mask is causal only: padded target keys must be blocked too, "
          "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"tgt_padding_in_mask": False}),
         ("pad_rows_blocked", "padded query rows are blocked too; only padded keys (columns) are: "
-         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True})))
+         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True}),
+        ("batch_padded_with_zero", "the sequences are padded with 0, not with the pad_id argument (the tokenizer's "
+         "<pad> is 0, but make_batch must use the id it is given).", {"fill": 0}),
+        ("batch_masks_key_on_zero", "the masks block the tokens equal to 0 (`!= 0`, `.bool()` or padding_mask(..., 0)), "
+         "not those equal to pad_id: compare with the pad_id argument.", {"mask_key": 0})))
+
+
+def masks_keyed_on(batch, key):
+    """The batch's masks rebuilt to block the tokens equal to `key` (what code that builds its own masks with a
+    fixed id computes)."""
+    Lt = batch["tgt_in"].size(1)
+    causal = torch.ones(Lt, Lt, dtype=torch.bool).tril()
+    return (batch["src"] != key)[:, None, :], causal & (batch["tgt_in"] != key)[:, None, :]
+
+
+def judge_logits(model, batches):
+    """[{"logits", "tgt_out", "zero_masks"}] of the judge's `model` for each batch (no gradients); "zero_masks":
+    the logits with masks that block the tokens 0 instead of the padding."""
+    out = []
+    with torch.no_grad():
+        for b in batches:
+            logits = model(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"])
+            zero = model(b["src"], b["tgt_in"], *masks_keyed_on(b, 0))
+            out.append({"logits": logits, "tgt_out": b["tgt_out"], "zero_masks": zero})
+    return out
+
+
+def expected_evaluate(per_batch, pad_id, *, count="pad_id", loss_pad="pad_id", mean_of_means=False,
+                      masks="batch"):
+    """evaluate's answer from the judge's logits of each batch (judge_logits), or one deviation: count: which
+    targets are counted ("pad_id": those != pad_id; 0: those != 0; "all": every position); loss_pad: the padding
+    id the loss is given ("pad_id", 0 or None); mean_of_means: the mean of the per-batch losses; masks: "batch"
+    (the batch's own) or "zero" (masks rebuilt to block the tokens 0)."""
+    total, tokens, means = 0.0, 0, []
+    for judged in per_batch:
+        logits, target = judged["logits" if masks == "batch" else "zero_masks"], judged["tgt_out"]
+        n = target.numel() if count == "all" else int((target != (pad_id if count == "pad_id" else count)).sum())
+        if n == 0:
+            continue
+        loss = expected_loss(logits, target, 0.0, pad_id if loss_pad == "pad_id" else loss_pad).item()
+        total, tokens = total + loss * n, tokens + n
+        means.append(loss)
+    if mean_of_means:
+        return sum(means) / len(means) if means else math.nan
+    return total / tokens if tokens else math.nan
+
+
+CATALOGUE.deviations("evaluate", expected_evaluate, (
+        ("mean_of_batch_means", MEAN_OF_BATCH_MEANS.text, {"mean_of_means": True}),
+        ("evaluate_counts_pads", "the token count includes the padded targets (every position of tgt_out): count "
+         "only the targets != pad_id.", {"count": "all"}),
+        ("evaluate_count_key_zero", "the token count compares the targets with 0, not with pad_id, so padded "
+         "targets are counted: count (tgt_out != pad_id).", {"count": 0}),
+        ("evaluate_pad_zero", "evaluate uses 0 as the padding id, not its pad_id argument: pass pad_id to the loss "
+         "and count the targets != pad_id.", {"count": 0, "loss_pad": 0}),
+        ("evaluate_pad_not_passed", "evaluate's loss leaves out no position: pad_id is not passed to "
+         "label_smoothed_cross_entropy, whose default None ignores nothing.", {"loss_pad": None}),
+        ("evaluate_masks_key_on_zero", "evaluate runs the model with masks of its own that block the tokens 0, not "
+         "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and batch[\"tgt_mask\"].",
+         {"masks": "zero"})))
 
 
 # ---- the judge's training steps ---------------------------------------------------------------------
 
-def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=None, warmup=4, *, skip_zero=False,
-                zero_late=False, clip_late=False, sched_first=False, loss_on_tgt_in=False, stale=False):
+def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=None, warmup=4, *, pad_id=PAD,
+                dtype=torch.float64, skip_zero=False, zero_late=False, zero_after_step=False, clip="norm",
+                sched_first=False, loss_on_tgt_in=False, loss_pad="pad_id", loss_smoothing=None, stale=False,
+                masks="batch"):
     """Parameters (student names) after each of `steps` steps of the judge's own train_step, or of a known
-    mistake (skip_zero: gradients never zeroed; zero_late: zeroed after backward; clip_late: clipped after
-    the step; sched_first: scheduler stepped before the optimizer; loss_on_tgt_in: no shift)."""
-    model = TorchModel(p, 1, False, "relu", torch.float64, MAX_LEN)
+    mistake, and the losses returned; the last snapshot also holds the gradients left after the last step,
+    under "grad:" + name (None counts as zeros). Switches: skip_zero: gradients never zeroed; zero_late: zeroed
+    after backward; zero_after_step: zeroed after the step instead of first; clip: "norm" (clip_grad_norm_
+    between backward and step), "after_step", "none", "value" (clip_grad_value_), "per_tensor" (each gradient
+    to norm clip_norm on its own); sched_first: scheduler stepped before the optimizer; loss_on_tgt_in: no
+    shift; loss_pad: the padding id the loss is given ("pad_id", 0 or None); loss_smoothing: the smoothing the
+    loss is given (None: `smoothing`); masks: "batch" (the batch's own) or "zero" (masks rebuilt to block the
+    tokens 0). Also returns the losses stepped on and, of the same logits, the plain
+    cross-entropy (no smoothing) of each step."""
+    model = TorchModel({k: v.to(dtype) for k, v in p.items()}, 1, False, "relu", dtype, MAX_LEN)
     params = list(model.parameters())
     if optimizer == "sgd":
         opt, sched = torch.optim.SGD(params, lr=0.1), None
@@ -148,25 +279,42 @@ def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=No
     if stale:
         for q in params:
             q.grad = torch.full_like(q, 0.5)
-    out, losses = [], []
+    ignore = pad_id if loss_pad == "pad_id" else loss_pad
+    e = smoothing if loss_smoothing is None else loss_smoothing
+    out, losses, plain = [], [], []
     for i in range(steps):
         b = batches[i % len(batches)]
-        if not skip_zero and not zero_late:
+        if not (skip_zero or zero_late or zero_after_step):
             opt.zero_grad()
-        logits = model(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"])
-        loss = expected_loss(logits, b["tgt_in"] if loss_on_tgt_in else b["tgt_out"], smoothing, PAD)
+        src_mask, tgt_mask = (b["src_mask"], b["tgt_mask"]) if masks == "batch" else masks_keyed_on(b, 0)
+        logits = model(b["src"], b["tgt_in"], src_mask, tgt_mask)
+        target = b["tgt_in"] if loss_on_tgt_in else b["tgt_out"]
+        loss = expected_loss(logits, target, e, ignore)
         loss.backward()
         if zero_late:
             opt.zero_grad()
-        if clip_norm is not None and not clip_late:
-            torch.nn.utils.clip_grad_norm_(params, clip_norm)
+        if clip_norm is not None:
+            if clip == "norm":
+                torch.nn.utils.clip_grad_norm_(params, clip_norm)
+            elif clip == "value":
+                torch.nn.utils.clip_grad_value_(params, clip_norm)
+            elif clip == "per_tensor":         # the student's tensors: w_q, w_k, w_v are views of one in_proj
+                for g in by_student_name(model, p).values():
+                    g.mul_((clip_norm / (g.norm() + 1e-6)).clamp(max=1.0))
         if sched_first and sched is not None:
             sched.step()
         opt.step()
-        if clip_norm is not None and clip_late:
+        if clip_norm is not None and clip == "after_step":
             torch.nn.utils.clip_grad_norm_(params, clip_norm)
         if sched is not None and not sched_first:
             sched.step()
+        if zero_after_step:
+            opt.zero_grad()
+        with torch.no_grad():
+            plain.append(expected_loss(logits, b["tgt_out"], 0.0, pad_id).item())
         losses.append(loss.item())
         out.append(by_student_name(model, p, lambda t: t.detach().clone()))
-    return out, losses
+    if out:
+        grads = by_student_name(model, p, lambda t: torch.zeros_like(t) if t.grad is None else t.grad.detach().clone())
+        out[-1].update({"grad:" + k: v for k, v in grads.items()})
+    return out, losses, plain

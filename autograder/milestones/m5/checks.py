@@ -17,19 +17,26 @@ import math
 
 import torch
 
-from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str
+from autograder.grading import diagnosis
+from autograder.grading.checks import TOLERANCES, CheckFailed, Tester, describe, dtype_str, group, shape_str
 from autograder.milestones.reference import D, TorchModel, model_params, pe_table
 from autograder.milestones.m5 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m5.answers import (
-    BOS, EOS, MAX_LEN, PAD, UNK, V, _naive_loss, expected_batch, expected_loss, judge_steps, noam)
+    BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam)
 from autograder.milestones.m5.mistakes import (
     CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
-    EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAPH_CUT, INPUT_MODIFIED,
-    LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, MEAN_OF_BATCH_MEANS, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
-    NOAM_STEP_ZERO, OPTIMIZER_KIND, SCHEDULER_VALUES, STEP_DEVIATIONS, TOKENIZER_DECODE, TOKENIZER_ENCODE,
-    TOKENIZER_SPECIALS, TOKENIZER_UNSORTED, TOKENIZER_VOCAB_SIZE, WRONG_LOSS_RETURNED)
+    EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_BY_FLAG, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
+    GRAPH_CUT, INPUT_MODIFIED, LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
+    NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
+    TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
+    TOKENIZER_VOCAB_SIZE, TRAIN_MODE_BY_FLAG, WRONG_LOSS_RETURNED)
 from autograder.milestones.m5.recipes import (  # noqa: F401  (WORKER_PRELOAD: read here by grade.worker_preload)
     WORKER_PRELOAD, recipe_decode, recipe_evaluate, recipe_learn, recipe_optimizer, recipe_tokenizer, recipe_train)
+
+# A padding id other than the tokenizer's 0, for every function that takes pad_id as an argument (make_batch, the
+# loss, train_step, evaluate): code that writes 0 where it means pad_id gives the right answers with pad_id=0 only.
+# The inputs with this id hold real tokens 0 as well.
+OTHER_PAD = 7
 
 
 # ---- reading what came back ---------------------------------------------------------------------------
@@ -40,8 +47,8 @@ def dropout_ran(record) -> bool:
     return any(record["counts"].get(op, 0) for op in ("aten::native_dropout", "aten::bernoulli_"))
 
 
-def flat(params: dict, names) -> torch.Tensor:
-    return torch.cat([params[n].reshape(-1).to(torch.float64) for n in names])
+def flat(params: dict, names, dtype=torch.float64) -> torch.Tensor:
+    return torch.cat([params[n].reshape(-1).to(dtype) for n in names])
 
 
 # ---- groups -------------------------------------------------------------------------------------------
@@ -60,6 +67,8 @@ def tokenizer(t: Tester):
                    TOKENIZER_SPECIALS if name != "vocab_size" else TOKENIZER_VOCAB_SIZE)
     for text, ids in zip(probes, got["encoded"]):
         want = [stoi.get(c, UNK) for c in text]
+        if isinstance(ids, dict) and "error" in ids:
+            _encode_raised(t, texts, text, ids, want, stoi)
         if list(ids) != want:
             insertion = {c: i + 4 for i, c in enumerate(dict.fromkeys("".join(texts)))}
             if list(ids) == [insertion.get(c, UNK) for c in text]:
@@ -73,34 +82,54 @@ def tokenizer(t: Tester):
     wants = ["he", "z!", "<unk>a", "", ""]
     got = t.run(recipe_decode, texts, cases, what="`CharTokenizer.decode`")["value"]
     for ids, want, have in zip(cases, wants, got):
+        if isinstance(have, dict) and "error" in have:
+            unk = " The id 3 is unk_id, which has no character: decode writes it as the five characters '<unk>'." \
+                if UNK in ids and have["message"] == str(UNK) else ""
+            t.fail(f"`CharTokenizer({texts}).decode({ids})` raised {have['error']}: {have['message']}; it should return "
+                   f"{want!r}.{unk}", TOKENIZER_DECODE)
         if have != want:
             t.fail(f"decode({ids}) should be {want!r} (stop at the first <eos>, skip <pad> and <bos>, write <unk> as the "
                    f"five characters '<unk>'), but it is {describe(have)}.", TOKENIZER_DECODE)
 
 
+def _encode_raised(t: Tester, texts, text, error, want, stoi):
+    """encode raised a lookup error on `text`: say at which call, and why when the error names the first character
+    of `text` that is not in the vocabulary (a lookup with no fallback for unknown characters)."""
+    call = f"`CharTokenizer({texts}).encode({text!r})`"
+    unknown = next((c for c in text if c not in stoi), None)
+    head = f"{call} raised {error['error']}: {error['message']}; it should return {want}."
+    if unknown is not None and repr(unknown) in error["message"]:
+        t.fail(f"{head} {unknown!r} is not one of the characters of the texts the tokenizer was built from, and an "
+               f"unknown character gives unk_id = 3 (the docstring: \"an unknown character gives unk_id\"). Likely "
+               f"cause: {TOKENIZER_UNKNOWN_CRASH.text}", TOKENIZER_UNKNOWN_CRASH)
+    t.fail(head, TOKENIZER_ENCODE)
+
+
 def _batch_cases(t: Tester):
-    return [([[5, 6, 7], [8], [9, 10]], [[11], [4, 5, 6, 7], []]),
-            ([[4, 4]], [[5, 6]]),
-            ([[6], [7, 8, 9, 10, 11]], [[4, 5], [6]])]
+    """(src_ids, tgt_ids, pad_id): the tokenizer's pad id 0, then another one with real tokens 0."""
+    return [([[5, 6, 7], [8], [9, 10]], [[11], [4, 5, 6, 7], []], PAD),
+            ([[4, 4]], [[5, 6]], PAD),
+            ([[6], [7, 8, 9, 10, 11]], [[4, 5], [6]], PAD),
+            ([[0, 5, 6], [8], [9, 0]], [[4], [0, 11, 6], [10, 10]], OTHER_PAD)]
 
 
 @group("m5", "batches", provides=("make_batch",))
 def batches(t: Tester):
-    for src_ids, tgt_ids in _batch_cases(t):
-        reply = t.call("make_batch", src_ids, tgt_ids, PAD, BOS, EOS, return_args=True)
+    for src_ids, tgt_ids, pad_id in _batch_cases(t):
+        reply = t.call("make_batch", src_ids, tgt_ids, pad_id, BOS, EOS, return_args=True)
         got = reply["value"]
         got = got.get("__dict__") if isinstance(got, dict) and "__dict__" in got else got
-        what = f"`make_batch({src_ids}, {tgt_ids}, pad_id=0, bos_id=1, eos_id=2)`"
+        what = f"`make_batch({src_ids}, {tgt_ids}, pad_id={pad_id}, bos_id=1, eos_id=2)`"
         if not isinstance(got, dict):
             t.fail(f"{what} should return a dict with src, tgt_in, tgt_out, src_mask, tgt_mask; it returned "
                    f"{describe(got)}.", BATCH_NOT_DICT)
-        want = expected_batch(src_ids, tgt_ids)
+        want = expected_batch(src_ids, tgt_ids, pad_id)
         for key, value in want.items():
             have = got.get(key)
             label = f"{what}[{key!r}]"
             # A known mistake may change the shape too (<bos> in tgt_out adds a column): look it up first.
-            cause = None if _same(have, value) else next(
-                (m for m, v in CATALOGUE.tried("batch", src_ids, tgt_ids) if _same(have, v[key])), None)
+            cause = None if _same(have, value) else diagnosis.alone(
+                m for m, v in CATALOGUE.tried("batch", src_ids, tgt_ids, pad_id) if _same(have, v[key]))
             text = f" Likely cause: {cause.text}" if cause else ""
             if cause and have.shape != value.shape:
                 t.fail(f"{label} should have shape {shape_str(value.shape)}, but it has shape "
@@ -133,18 +162,62 @@ def _first_difference(have, want) -> str:
             f"Row {list(row)} should be {want[row].tolist()}, but it is {have[row].tolist()}.")
 
 
-@group("m5", "loss", provides=("label_smoothed_cross_entropy",))
-def loss(t: Tester):
+def _loss_cases(t: Tester):
+    """(logits, smoothing, pad_id, label). Moderate logits first (float64, float32, pad_id None, 0 and another id),
+    then large ones, each breaking one unstable way of computing log-probabilities only: around 1000 and close
+    together (exp(x) overflows), rows thousands apart (one global maximum fails), a row spread over 1e4 below a
+    maximum of 0 (the small probabilities underflow), and logits around 1e4 (all of them)."""
     cases = []
     for smoothing in (0.0, 0.1):
         for pad_id in (None, PAD):
             cases.append((t.randn(3, 5, V) * 3, smoothing, pad_id, "float64"))
     cases.append((t.randn(4, V, dtype=torch.float32) * 3, 0.1, PAD, "float32 [4, V]"))
+    cases.append((t.randn(3, 5, V) * 3, 0.1, OTHER_PAD, f"float64, pad_id={OTHER_PAD}"))
+    cases.append((t.randn(3, 5, V, dtype=torch.float32) * 3, 0.0, OTHER_PAD, f"float32, pad_id={OTHER_PAD}"))
+    cases.append((t.randn(3, 5, V, dtype=torch.float32) * 3, 0.1, None, "float32"))
+    cases.append((t.randn(2, 3, V) * 3 + 1000, 0.1, PAD, "logits around 1000, close together in each row"))
+    rows = torch.tensor([[0.0, -3000.0, 2000.0], [-5000.0, 1000.0, -1500.0]], dtype=torch.float64)[..., None]
+    cases.append((t.randn(2, 3, V) * 3 + rows, 0.1, PAD, "rows thousands apart, each row's logits close together"))
+    spread = t.randn(2, 3, V) * 1e4
+    cases.append((spread - spread.amax(-1, keepdim=True), 0.1, PAD,
+                  "each row's largest logit 0, the others spread over about 1e4 below it"))
     cases.append((t.randn(2, 3, V) * 1e4, 0.1, PAD, "logits around 1e4"))
     cases.append((t.randn(2, 3, V, dtype=torch.float32) * 1e4, 0.0, PAD, "float32 logits around 1e4"))
-    for logits, smoothing, pad_id, label in cases:
-        target = t.randint(1, V, logits.shape[:-1])
-        if pad_id is not None and logits.dim() == 3:
+    return cases
+
+
+def _loose_close(a, b) -> bool:
+    return (isinstance(a, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
+            and torch.allclose(a.detach().to(torch.float64), b.detach().to(torch.float64), rtol=1e-5, atol=1e-6,
+                               equal_nan=True))
+
+
+def _consistent(pairs, passed):
+    """The (mistake, value) pairs whose mistake also gives the right value on every input the student's code got
+    right before (`passed`: (args, right value)): a mistake that would have failed one of those is not theirs."""
+    out = []
+    for mistake, value in pairs:
+        for args, right in passed:
+            try:
+                theirs = mistake(*args)
+            except Exception:          # the mistake cannot happen with these arguments: no evidence either way
+                continue
+            if theirs is not None and not _loose_close(theirs, right):
+                break
+        else:
+            out.append((mistake, value))
+    return out
+
+
+@group("m5", "loss", provides=("label_smoothed_cross_entropy",))
+def loss(t: Tester):
+    passed = []
+    for logits, smoothing, pad_id, label in _loss_cases(t):
+        target = t.randint(1 if pad_id == PAD else 0, V, logits.shape[:-1])
+        if pad_id != PAD:
+            target.view(-1)[0] = 0        # a real target 0: with pad_id None or another id, it counts
+        all_pad = pad_id is not None and logits.dim() == 3
+        if all_pad:
             target[0, 3:] = pad_id
             target[1, :] = pad_id         # a row that is all padding (the batch still has real targets)
         g = t.randn(()) .abs() + 0.5
@@ -160,17 +233,39 @@ def loss(t: Tester):
         if got.dim() != 0:
             t.fail(f"{what} should return a scalar (0-dim) tensor, but it has shape {shape_str(got.shape)}: take the "
                    f"mean over the non-pad positions.", LOSS_NOT_SCALAR)
-        if not torch.isfinite(got):
-            t.fail(f"{what} is {got.item()}. Likely cause: {_naive_loss.text}", _naive_loss)
         leaf = logits.clone().requires_grad_(True)
         want = expected_loss(leaf, target, smoothing, pad_id)
         want.backward(g)
-        t.expect_close(got, want.detach(), f"The value of {what}",
-                       lambda: CATALOGUE.tried("loss", logits, target, smoothing, pad_id))
+        args = (logits, target, smoothing, pad_id)
+        mistakes = lambda args=args: _consistent(CATALOGUE.tried("loss", *args), passed)     # noqa: E731
+        if not bool(torch.isfinite(got)):
+            _not_finite(t, got, want.detach(), what, mistakes,
+                        f"{label}; row 1 of the targets is all pad_id, the other rows have real targets" if all_pad
+                        else label)
+        t.expect_close(got, want.detach(), f"The value of {what}", mistakes)
+        passed.append((args, want.detach()))
         if reply.get("grads") is None or reply["grads"][0] is None:
             t.fail(f"No gradient reached the logits through {what}: {reply.get('grad_problem') or 'compute it with torch operations'} "
                    f"(a Python float or .item() cuts the graph).", GRAPH_CUT)
         t.expect_close(reply["grads"][0], leaf.grad, f"The gradient of {what} with respect to the logits")
+        if got.dtype != logits.dtype:
+            t.fail(f"{what} returns a {dtype_str(got.dtype)} tensor for {dtype_str(logits.dtype)} logits; the loss is in "
+                   f"the dtype of logits (create any new tensor with dtype=logits.dtype).",
+                   diagnosis.DTYPE_LOWERED if logits.dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
+
+
+def _not_finite(t: Tester, got, want, what, mistakes, holds):
+    """The loss is inf or NaN where the right value is finite: the mistake whose own computation gives the same
+    inf or NaN here (and the right values where the student's were right), else what this input holds."""
+    value = got.item()
+    shown = "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    head = f"{what} is {shown}, where the right value is {want.item():.6g}."
+    cause = t.explain(got, want, mistakes)
+    if cause is not None:
+        t.fail(f"{head} Likely cause: {cause.text}", cause)
+    t.fail(f"{head} This input: {holds}. Some step of your computation is not finite on it (exp overflows to inf "
+           f"above about 709 in float64 and 88 in float32, underflows to 0 below about -745 and -104; log(0) = -inf; "
+           f"0 / 0, inf - inf and 0 * inf give NaN), though every value the right computation needs is finite.")
 
 
 @group("m5", "schedule", provides=("noam_lr", "make_optimizer"))
@@ -198,7 +293,13 @@ def schedule(t: Tester):
                 cause = NOAM_FACTOR_IGNORED
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"{what} should be {want:.10g}, but it is {got:.10g}.{text}", cause)
-    info = t.run(recipe_optimizer, 64, 10, 1.0, 12, what="`make_optimizer`")["value"]
+    for d_model, warmup, factor, steps in ((64, 10, 1.0, 12), (32, 5, 2.0, 8)):
+        _check_optimizer(t, d_model, warmup, factor, steps)
+
+
+def _check_optimizer(t: Tester, d_model, warmup, factor, steps):
+    call = f"make_optimizer(model, d_model={d_model}, warmup_steps={warmup}, factor={factor})"
+    info = t.run(recipe_optimizer, d_model, warmup, factor, steps, what="`make_optimizer`")["value"]
     if info["type"] != "Adam":
         t.fail(f"make_optimizer should build torch.optim.Adam, but built {info['type']}.", OPTIMIZER_KIND)
     if [round(b, 6) for b in info["betas"]] != [0.9, 0.98] or not math.isclose(info["eps"] or 0, 1e-9):
@@ -209,14 +310,17 @@ def schedule(t: Tester):
     if info["base_lr"] is None or not math.isclose(info["base_lr"], 1.0):
         t.fail(f"make_optimizer's Adam should have base lr 1.0 (the LambdaLR multiplies it by noam_lr); it has "
                f"{info['base_lr']}.", BASE_LR)
-    want = [noam(s, 64, 10) for s in range(13)]
+    want = [noam(s, d_model, warmup, factor) for s in range(steps + 1)]
     if not all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(info["lrs"], want)):
-        shifted = [noam(s + 1, 64, 10) for s in range(13)]
-        off = all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(info["lrs"], shifted))
-        t.fail(f"After s scheduler steps the learning rate should be noam_lr(s, 64, 10): {[f'{x:.4g}' for x in want[:5]]}"
-               f"...; make_optimizer's gives {[f'{x:.4g}' for x in info['lrs'][:5]]}..." +
-               (" Likely cause: the schedule is one step ahead." if off else ""),
-               NOAM_OFF_BY_ONE if off else SCHEDULER_VALUES)
+        def same(lrs):
+            return lrs != want and all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(info["lrs"], lrs))
+        cause = diagnosis.reproducing(
+            [(NOAM_OFF_BY_ONE, [noam(s + 1, d_model, warmup, factor) for s in range(steps + 1)]),
+             (OPTIMIZER_FACTOR_IGNORED, [noam(s, d_model, warmup) for s in range(steps + 1)])], same)
+        t.fail(f"After s scheduler steps of {call} the learning rate should be noam_lr(s, {d_model}, {warmup}, "
+               f"factor={factor}): {[f'{x:.4g}' for x in want[:5]]}...; make_optimizer's gives "
+               f"{[f'{x:.4g}' for x in info['lrs'][:5]]}..." + (f" Likely cause: {cause.text}" if cause else ""),
+               cause or SCHEDULER_VALUES)
 
 
 def _train_inputs(t: Tester):
@@ -227,13 +331,82 @@ def _train_inputs(t: Tester):
     return p, table, batches_
 
 
+def _other_pad_batches():
+    """Batches padded with OTHER_PAD, holding real tokens 0 (sources and targets)."""
+    pairs = [([[5, 0, 6], [8, 9]], [[6, 0, 5], [9]]), ([[4, 10, 11, 5]], [[5, 11, 0, 4]])]
+    return [expected_batch(s, tg, OTHER_PAD) for s, tg in pairs]
+
+
 def _compare_steps(t: Tester, got, p, batches_, what, names, **kw):
-    want, _ = judge_steps(p, batches_, len(got["params"]), **kw)
-    for i in sorted({0, len(want) - 1}):
-        mistakes = lambda i=i: [(mistake, flat(judge_steps(p, batches_, i + 1, **{**kw, **dev})[0][i], names))
-                                for mistake, dev in STEP_DEVIATIONS]
-        t.expect_close(flat(got["params"][i], names), flat(want[i], names),
-                       f"The parameters after {i + 1} call(s) of {what}", mistakes, atol=1e-8)
+    """The parameters after the first and the last call against the judge's own steps. A known mistake is named
+    when its own steps give the student's parameters after every compared call and the gradients left after the
+    last one (clipping after the step and not clipping move the parameters alike; only the gradients left
+    differ). Returns the judge's losses: (stepped on, plain cross-entropy) of each call."""
+    steps = len(got["params"])
+    dtype = kw.get("dtype", torch.float64)
+    atol, rtol = (1e-8, TOLERANCES[torch.float64][1]) if dtype == torch.float64 else TOLERANCES[dtype]
+    want, losses, plain = judge_steps(p, batches_, steps, **kw)
+    compared = sorted({0, steps - 1})
+    grads = ["grad:" + n for n in names]
+
+    def trajectory(snapshots):
+        parts = [flat(snapshots[i], names, dtype) for i in compared]
+        if all(g in snapshots[-1] for g in grads):
+            parts.append(flat(snapshots[-1], grads, dtype))
+        return torch.cat(parts)
+
+    theirs, found = trajectory(got["params"]), {}
+
+    def fitting():
+        """(mistake, its snapshots) of every known mistake whose whole trajectory is the student's."""
+        if "pairs" not in found:
+            right = trajectory(want)
+            found["pairs"] = []
+            for mistake, dev in STEP_DEVIATIONS:
+                snapshots = judge_steps(p, batches_, steps, **{**kw, **dev})[0]
+                if diagnosis.matches(theirs, trajectory(snapshots), right, atol, rtol):
+                    found["pairs"].append((mistake, snapshots))
+        return found["pairs"]
+
+    for i in compared:
+        t.expect_close(flat(got["params"][i], names, dtype), flat(want[i], names, dtype),
+                       f"The parameters after {i + 1} call(s) of {what}",
+                       lambda i=i: [(m, flat(snapshots[i], names, dtype)) for m, snapshots in fitting()],
+                       atol=atol)
+    return losses, plain
+
+
+def _check_float_returned(t: Tester, got, what):
+    for r in got["returned"]:
+        if not isinstance(r, float):
+            holds = isinstance(r, dict) and r.get("requires_grad")
+            t.fail(f"{what} should return the loss as a Python float (loss.item()), but it returned a "
+                   f"{r.get('type') if isinstance(r, dict) else type(r).__name__}" +
+                   (" that still holds the autograd graph" if holds else "") + ".", LOSS_RETURNED_AS_TENSOR)
+
+
+def _check_returned(t: Tester, got, batches_, what, judged, smoothing=0.0):
+    """train_step returns the loss it stepped on (smoothed, before the update). `judged`: the judge's losses
+    (stepped on, plain) from _compare_steps."""
+    losses, plain = judged
+    for i, (a, b) in enumerate(zip(got["returned"], losses)):
+        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
+            n = int((batches_[i % len(batches_)]["tgt_out"] != PAD).sum())
+            if math.isclose(a, plain[i], rel_tol=1e-9) and not math.isclose(b, plain[i], rel_tol=1e-9):
+                t.fail(f"Call {i + 1} of {what} returned {a:.10g}, the cross-entropy of that batch without smoothing; "
+                       f"the loss it stepped on (smoothing {smoothing}, before the update) is {b:.10g}. "
+                       f"Likely cause: {RETURNS_UNSMOOTHED.text}", RETURNS_UNSMOOTHED)
+            total = (f" That is the loss times the batch's {n} non-pad target tokens (a total): return the mean."
+                     if math.isclose(a, b * n, rel_tol=1e-9) else "")
+            t.fail(f"Call {i + 1} of {what} returned {a:.10g}; the loss of that batch before the update is "
+                   f"{b:.10g}.{total}", WRONG_LOSS_RETURNED)
+
+
+def _grad_dtype(reply):
+    """A float32 run whose train_step gave a parameter a gradient of another dtype: PyTorch's own message."""
+    message = reply.get("message") or ""
+    known = ("assigned grad has data of a different type", "assign a gradient with dtype")
+    return GRAD_DTYPE_CHANGED if any(k in message for k in known) else None
 
 
 @group("m5", "train_step", depends=("loss", "schedule"))
@@ -242,32 +415,32 @@ def train_step(t: Tester):
     names = sorted(p)
     what = "`train_step(model, batch, optimizer, pad_id=0, scheduler)` (Adam, warm-up schedule, float64)"
     got = t.run(recipe_train, p, table, V, 1, batches_, 3, "adam", 0.0, None, 4, what=what)["value"]
-    for r in got["returned"]:
-        if not isinstance(r, float):
-            holds = isinstance(r, dict) and r.get("requires_grad")
-            t.fail(f"{what} should return the loss as a Python float (loss.item()), but it returned a "
-                   f"{r.get('type') if isinstance(r, dict) else type(r).__name__}" +
-                   (" that still holds the autograd graph" if holds else "") + ".", LOSS_RETURNED_AS_TENSOR)
-    _compare_steps(t, got, p, batches_, what, names)
-    _, losses = judge_steps(p, batches_, 3)
-    for i, (a, b) in enumerate(zip(got["returned"], losses)):
-        if not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12):
-            n = int((batches_[i % len(batches_)]["tgt_out"] != PAD).sum())
-            total = (f" That is the loss times the batch's {n} non-pad target tokens (a total): return the mean."
-                     if math.isclose(a, b * n, rel_tol=1e-9) else "")
-            t.fail(f"Call {i + 1} of {what} returned {a:.10g}; the loss of that batch before the update is "
-                   f"{b:.10g}.{total}", WRONG_LOSS_RETURNED)
+    _check_float_returned(t, got, what)
+    _check_returned(t, got, batches_, what, _compare_steps(t, got, p, batches_, what, names))
     if not got["training"]:
         t.fail(f"After {what} the model is in eval mode: train_step must call model.train() (dropout is part of "
                f"training).", EVAL_MODE_IN_TRAIN)
-    stale = t.run(recipe_train, p, table, V, 1, batches_, 2, "adam", 0.1, None, 4, stale_grads=True,
-                  what=f"{what} with gradients left from before")["value"]
-    _compare_steps(t, stale, p, batches_, "`train_step` (smoothing 0.1) on a model holding old gradients", names,
-                   smoothing=0.1, stale=True)
+    if not all(got["modes"]):
+        t.fail(f"After {what} the model's own flag says train mode but {got['modes'].count(False)} of its submodules "
+               f"are in eval mode (the model was in eval mode before the call). Likely cause: "
+               f"{TRAIN_MODE_BY_FLAG.text}", TRAIN_MODE_BY_FLAG)
+    what = "`train_step(..., smoothing=0.1)` on a model holding old gradients (Adam, float64)"
+    stale = t.run(recipe_train, p, table, V, 1, batches_, 2, "adam", 0.1, None, 4, stale_grads=True, what=what)["value"]
+    _check_float_returned(t, stale, what)
+    judged = _compare_steps(t, stale, p, batches_, what, names, smoothing=0.1, stale=True)
+    _check_returned(t, stale, batches_, what, judged, smoothing=0.1)
     clipped = t.run(recipe_train, p, table, V, 1, batches_, 2, "sgd", 0.0, 0.05, 4,
                     what="`train_step(..., clip_norm=0.05)` with plain SGD")["value"]
     _compare_steps(t, clipped, p, batches_, "`train_step(..., clip_norm=0.05)` with SGD (lr 0.1)", names,
                    optimizer="sgd", clip_norm=0.05)
+    what = (f"`train_step(model, batch, optimizer, pad_id={OTHER_PAD}, smoothing=0.1, clip_norm=0.05)` with SGD "
+            f"(lr 0.1) on a float32 model, batches padded with {OTHER_PAD} (and holding real tokens 0)")
+    other = _other_pad_batches()
+    single = t.run(recipe_train, p, table, V, 1, other, 2, "sgd", 0.1, 0.05, 4, pad_id=OTHER_PAD, dtype="float32",
+                   what=what, crash=_grad_dtype)["value"]
+    _compare_steps(t, single, p, other, what, names, optimizer="sgd", smoothing=0.1, clip_norm=0.05,
+                   pad_id=OTHER_PAD, dtype=torch.float32)
+    what = "`train_step(model, batch, optimizer, pad_id=0, scheduler)` (Adam, warm-up schedule, float64)"
     drop = t.run(recipe_train, p, table, V, 1, batches_, 1, "adam", 0.0, None, 4, dropout=0.5, what=what)["value"]
     nodrop = t.run(recipe_train, p, table, V, 1, batches_, 1, "adam", 0.0, None, 4, dropout=0.0, what=what)["value"]
     if math.isclose(drop["returned"][0], nodrop["returned"][0], rel_tol=1e-12):
@@ -278,32 +451,33 @@ def train_step(t: Tester):
 @group("m5", "evaluate", depends=("loss",))
 def evaluate(t: Tester):
     p, table, batches_ = _train_inputs(t)
+    other = _other_pad_batches()
+    runs = [("train", PAD, batches_, ""), ("eval", PAD, batches_, ""),
+            ("train", OTHER_PAD, other, f", batches padded with {OTHER_PAD} (and holding real tokens 0)")]
     judge = TorchModel(p, 1, False, "relu", torch.float64, MAX_LEN).eval()
-    total = count = 0
-    per_batch = []
-    with torch.no_grad():
-        for b in batches_:
-            logits = judge(b["src"], b["tgt_in"], b["src_mask"], b["tgt_mask"])
-            n = int((b["tgt_out"] != PAD).sum())
-            loss_ = expected_loss(logits, b["tgt_out"], 0.0, PAD).item()
-            total, count = total + loss_ * n, count + n
-            per_batch.append(loss_)
-    want = total / count
-    for mode in ("train", "eval"):
-        what = f"`evaluate(model, batches, pad_id=0)` on a model in {mode} mode with dropout=0.5"
-        reply = t.run(recipe_evaluate, p, table, V, batches_, 0.5, mode, what=what)
+    judged = {PAD: judge_logits(judge, batches_), OTHER_PAD: judge_logits(judge, other)}
+    for mode, pad_id, batches_of_run, holding in runs:
+        per_batch = judged[pad_id]
+        want = expected_evaluate(per_batch, pad_id)
+        what = f"`evaluate(model, batches, pad_id={pad_id})` on a model in {mode} mode with dropout=0.5{holding}"
+        reply = t.run(recipe_evaluate, p, table, V, batches_of_run, 0.5, mode, pad_id, what=what)
         got = {**reply["value"], "train_during": dropout_ran(reply["record"]),
                "grad_enabled": reply["record"]["grad_ops"] > 0}
         value = got["value"]
         if not isinstance(value, float):
             t.fail(f"{what} should return a Python float, but it returned {describe(value)}.", LOSS_RETURNED_AS_TENSOR)
         if got["train_during"]:
+            during = got.get("modes_during") or []
+            if during and all(not modes[0] and any(modes[1:]) for modes in during):
+                t.fail(f"{what}: the model ran in training mode (dropout on): during the forward passes the model's "
+                       f"own flag said eval mode, but its submodules were in training mode. Likely cause: "
+                       f"{EVAL_MODE_BY_FLAG.text}", EVAL_MODE_BY_FLAG)
             t.fail(f"{what}: the model ran in training mode (dropout on); evaluate switches to model.eval().",
                    EVALUATE_IN_TRAIN_MODE)
         if not math.isclose(value, want, rel_tol=1e-9):
-            cause = None
-            if math.isclose(value, sum(per_batch) / len(per_batch), rel_tol=1e-9):
-                cause = MEAN_OF_BATCH_MEANS
+            cause = diagnosis.reproducing(
+                CATALOGUE.tried("evaluate", per_batch, pad_id),
+                lambda v: math.isclose(value, v, rel_tol=1e-9) and not math.isclose(v, want, rel_tol=1e-9))
             text = f" Likely cause: {cause.text}" if cause else ""
             t.fail(f"{what} should be {want:.10g} (plain cross-entropy per non-pad target token), but it is "
                    f"{value:.10g}.{text}", cause)
@@ -313,8 +487,9 @@ def evaluate(t: Tester):
         if any(after != (mode == "train") for after in got["modes_after"]):
             now = "train" if got["modes_after"][0] else "eval"
             some = "" if len(set(got["modes_after"])) == 1 else " (some of its submodules are not)"
-            t.fail(f"{what}: afterwards the model is in {now} mode{some}; evaluate must put back the mode it found "
-                   f"(model.train(was_training) sets every submodule).", EVALUATE_MODE_NOT_RESTORED)
+            t.fail(f"{what}: afterwards the model is in {now} mode{some}, but it was in {mode} mode when evaluate was "
+                   f"called; evaluate must put back the mode it found (was_training = model.training first, "
+                   f"model.train(was_training) at the end: it sets every submodule).", EVALUATE_MODE_NOT_RESTORED)
 
 
 # The student's own train_step, by the issue's contract (no stand-in): a wrong train_step that also stops

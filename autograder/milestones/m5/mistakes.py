@@ -37,6 +37,31 @@ MEAN_OF_BATCH_MEANS = CATALOGUE.mistake(
 NOAM_FACTOR_IGNORED = CATALOGUE.mistake(
     "noam_factor_ignored",
     '`factor` multiplies the whole learning rate.')
+OPTIMIZER_FACTOR_IGNORED = CATALOGUE.mistake(
+    "optimizer_factor_ignored",
+    "make_optimizer's schedule leaves out its `factor` argument: the LambdaLR must give "
+    "noam_lr(s, d_model, warmup_steps, factor).")
+TOKENIZER_UNKNOWN_CRASH = CATALOGUE.mistake(
+    "tokenizer_unknown_crash",
+    "encode looks each character up without a fallback, so a character that is not in the vocabulary raises: "
+    "it must give unk_id (3), e.g. self.stoi.get(c, self.unk_id).")
+RETURNS_UNSMOOTHED = CATALOGUE.mistake(
+    "returns_unsmoothed_loss",
+    "train_step returns the cross-entropy without label smoothing; it returns the loss it stepped on, "
+    "label_smoothed_cross_entropy(logits, tgt_out, smoothing, pad_id).item().")
+TRAIN_MODE_BY_FLAG = CATALOGUE.mistake(
+    "train_mode_by_flag",
+    "model.training = True changes only the top module's flag; its submodules (the dropout layers among them) "
+    "stay in eval mode: call model.train(), which sets every submodule.")
+EVAL_MODE_BY_FLAG = CATALOGUE.mistake(
+    "eval_mode_by_flag",
+    "model.training = False changes only the top module's flag; its submodules (the dropout layers among them) "
+    "stay in training mode: call model.eval(), which sets every submodule.")
+GRAD_DTYPE_CHANGED = CATALOGUE.mistake(
+    "grad_dtype_changed",
+    "a parameter's .grad was replaced by a tensor of another dtype (a float64 tensor made inside train_step, "
+    "e.g. torch.zeros(1, dtype=torch.float64), promotes float32 gradients): keep the parameters' dtype, or clip "
+    "with torch.nn.utils.clip_grad_norm_, which does.")
 
 # train_step's known mistakes: each is the judge's own training step (answers.judge_steps) with these switches.
 STEP_MISTAKES = {
@@ -48,7 +73,33 @@ STEP_MISTAKES = {
                                    "step's learning rate: step the optimizer first.", {"sched_first": True}),
     "loss_on_tgt_in": ("the loss compares the logits with tgt_in; the targets are tgt_out (the next tokens).",
                        {"loss_on_tgt_in": True}),
-    "clip_after_step": ("the gradients are clipped after optimizer.step(), when they no longer matter: clip between "
-                        "backward() and optimizer.step().", {"clip_late": True}),
+    "zero_grad_after_step": ("the gradients are zeroed after optimizer.step() instead of before the forward pass, "
+                             "so the first step adds the gradients the model already held (from a backward() "
+                             "before train_step) to its own: call optimizer.zero_grad() at the start of "
+                             "train_step.", {"zero_after_step": True}),
+    "clip_after_step": ("the gradients are clipped after optimizer.step(), when they no longer matter (the step used "
+                        "them unclipped; the gradients left after train_step are clipped): clip between "
+                        "backward() and optimizer.step().", {"clip": "after_step"}),
+    "step_not_clipped": ("the optimizer stepped on unclipped gradients, and the gradients left after train_step are "
+                         "unclipped too, as if clip_norm were None (clipping never ran, or ran before backward() "
+                         "when there was nothing to clip yet): call torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                         "clip_norm) between loss.backward() and optimizer.step().", {"clip": "none"}),
+    "clip_grad_value": ("the gradients are clipped element by element (each entry to [-clip_norm, clip_norm], as "
+                        "clip_grad_value_ does); clip_norm bounds the total norm of all gradients: "
+                        "torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm).", {"clip": "value"}),
+    "clip_per_tensor": ("each parameter's gradient is clipped to norm clip_norm on its own; clip_norm bounds the norm "
+                        "of all gradients together (one scale factor for every tensor, as "
+                        "torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm) computes).",
+                        {"clip": "per_tensor"}),
+    "train_step_pad_zero": ("train_step gives the loss 0 as the padding id, not its pad_id argument: "
+                            "label_smoothed_cross_entropy(logits, tgt_out, smoothing, pad_id).", {"loss_pad": 0}),
+    "train_step_pad_not_passed": ("train_step's loss leaves out no position: pad_id is not passed to "
+                                  "label_smoothed_cross_entropy, whose default None ignores nothing.",
+                                  {"loss_pad": None}),
+    "train_step_masks_key_on_zero": ("train_step runs the model with masks of its own that block the tokens 0, not "
+                                     "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and "
+                                     "batch[\"tgt_mask\"].", {"masks": "zero"}),
+    "train_step_smoothing_not_passed": ("train_step's loss has no label smoothing: pass `smoothing` to "
+                                        "label_smoothed_cross_entropy.", {"loss_smoothing": 0.0}),
 }
 STEP_DEVIATIONS = [(CATALOGUE.mistake(k, text), dev) for k, (text, dev) in STEP_MISTAKES.items()]

@@ -13,17 +13,30 @@ WORKER_PRELOAD = ("torch._dynamo",)
 # ---- recipes: run in the worker, beside the student's code (only their source is sent) -----------
 
 def recipe_tokenizer(texts, probes):
+    """A lookup error of encode is returned as {"error": type, "message": text} for that probe, so the check can
+    say which call raised it and why."""
     import training
     tok = training.CharTokenizer(texts)
     out = {name: getattr(tok, name, None) for name in ("pad_id", "bos_id", "eos_id", "unk_id", "vocab_size")}
-    out["encoded"] = [tok.encode(p) for p in probes]
+    out["encoded"] = []
+    for p in probes:
+        try:
+            out["encoded"].append(tok.encode(p))
+        except (KeyError, ValueError, IndexError) as e:
+            out["encoded"].append({"error": type(e).__name__, "message": str(e)})
     return out
 
 
 def recipe_decode(texts, id_lists):
     import training
     tok = training.CharTokenizer(texts)
-    return [tok.decode(ids) for ids in id_lists]
+    out = []
+    for ids in id_lists:
+        try:
+            out.append(tok.decode(ids))
+        except (KeyError, ValueError, IndexError) as e:
+            out.append({"error": type(e).__name__, "message": str(e)})
+    return out
 
 
 def recipe_optimizer(d_model, warmup, factor, steps):
@@ -43,13 +56,14 @@ def recipe_optimizer(d_model, warmup, factor, steps):
 
 
 def recipe_train(params, table, vocab, layers, batches, steps, optimizer, smoothing, clip_norm, warmup,
-                 stale_grads=False, dropout=0.0, start_eval=True):
-    """The student's train_step on the reference Transformer with the judge's weights."""
+                 stale_grads=False, dropout=0.0, start_eval=True, pad_id=0, dtype="float64"):
+    """The student's train_step on the reference Transformer with the judge's weights (in `dtype`); the
+    parameters after each step, the gradients left after the last one (None as zeros) and the modes after."""
     import torch
     import training
     from model import Transformer
     model = Transformer(vocab, vocab, d_model=8, num_heads=2, num_layers=layers, d_ff=16, dropout=dropout,
-                        max_len=table.size(0)).double()
+                        max_len=table.size(0)).to(getattr(torch, dtype))
     with torch.no_grad():
         own = dict(model.named_parameters())
         for k, v in params.items():
@@ -67,15 +81,18 @@ def recipe_train(params, table, vocab, layers, batches, steps, optimizer, smooth
         model.eval()
     returned, snapshots = [], []
     for i in range(steps):
-        value = training.train_step(model, batches[i % len(batches)], opt, 0, sched, smoothing, clip_norm)
+        value = training.train_step(model, batches[i % len(batches)], opt, pad_id, sched, smoothing, clip_norm)
         returned.append(value if isinstance(value, float) else
                         {"type": type(value).__name__, "requires_grad": bool(getattr(value, "requires_grad", False))})
         snapshots.append({k: v.detach().clone() for k, v in model.named_parameters()})
+    if snapshots:
+        snapshots[-1].update({"grad:" + k: torch.zeros_like(v) if v.grad is None else v.grad.detach().clone()
+                              for k, v in model.named_parameters()})
     return {"returned": returned, "params": snapshots, "training": model.training,
-            "lr": opt.param_groups[0]["lr"]}
+            "modes": [m.training for m in model.modules()], "lr": opt.param_groups[0]["lr"]}
 
 
-def recipe_evaluate(params, table, vocab, batches, dropout, mode):
+def recipe_evaluate(params, table, vocab, batches, dropout, mode, pad_id=0):
     import torch
     import training
     from model import Transformer
@@ -87,11 +104,14 @@ def recipe_evaluate(params, table, vocab, batches, dropout, mode):
             own[k].copy_(v)
         model.pos_encoding.pe.copy_(table)
     model.train(mode == "train")
-    value = training.evaluate(model, batches, 0)
-    # Whether it ran with dropout on or built autograd graphs is read from the grader's ledger (dropout
-    # ops, ops that recorded a gradient), never from a hook the student's code could see or skip.
+    # The modes during each forward pass, for the message only: whether it ran with dropout on or built
+    # autograd graphs is read from the grader's ledger (dropout ops, ops that recorded a gradient), never
+    # from a hook the student's code could see or skip.
+    during = []
+    model.register_forward_pre_hook(lambda m, args: during.append([x.training for x in m.modules()]))
+    value = training.evaluate(model, batches, pad_id)
     return {"value": value if isinstance(value, float) else {"type": type(value).__name__},
-            "modes_after": [m.training for m in model.modules()]}
+            "modes_after": [m.training for m in model.modules()], "modes_during": during}
 
 
 def recipe_learn(batch, vocab, steps, seed, table):

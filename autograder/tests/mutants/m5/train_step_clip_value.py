@@ -1,0 +1,22 @@
+"""Mistake: train_step clips each gradient entry to [-clip_norm, clip_norm] (clip_grad_value_) instead of
+the total norm.
+
+CATCHES: train_step
+DIAGNOSIS: clip_grad_value
+
+BASE: reference
+"""
+
+
+def train_step(model, batch, optimizer, pad_id, scheduler=None, smoothing=0.0, clip_norm=None):
+    model.train()
+    optimizer.zero_grad()
+    logits = model(batch["src"], batch["tgt_in"], batch["src_mask"], batch["tgt_mask"])   # [B, Lt, V]
+    loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], smoothing, pad_id)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_value_(model.parameters(), clip_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return loss.item()
