@@ -24,6 +24,7 @@ from autograder.milestones.reference import (
     D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, model_params, pe_table, ragged_masks, stack_params)
 from autograder.milestones.m4 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m4.answers import FINAL_NORM_IN_POST_LN, FINAL_NORM_MISSING, PAPER
+from autograder.milestones.m4.recipes import recipe_table_in_default
 from autograder.milestones.m4.mistakes import (
     CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED, GRAPH_CUT, INPUT_MODIFIED, LAYER_COUNT,
     LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED, NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED,
@@ -105,6 +106,13 @@ def positional_table(t: Tester):
         if got.dtype != torch.float32:
             t.fail(f"{what} returns {str(got.dtype).replace('torch.', '')}; the table is in the default dtype "
                    f"(torch.get_default_dtype(), float32): compute in float64 and cast at the end.", PE_DTYPE)
+    what = "`sinusoidal_positional_encoding(50, 6)` with torch.set_default_dtype(torch.float64)"
+    got = t.expect_tensor(t.run(recipe_table_in_default, 50, 6, "float64", what=what)["value"], what, shape=(50, 6))
+    if got.dtype != torch.float64:
+        t.fail(f"{what} returns {str(got.dtype).replace('torch.', '')}: the table is in the default dtype, whatever "
+               f"it is (torch.get_default_dtype()): build it in float64 and cast with .to(torch.get_default_dtype()), "
+               f"not .float().", PE_DTYPE)
+    t.expect_close(got, pe_table(50, 6).to(torch.float64), what, atol=pe_tolerance(50))
     try:
         t.call("sinusoidal_positional_encoding", 10, 5)
     except CheckFailed as e:
