@@ -357,6 +357,9 @@ def greedy_cases(t: Tester):
         check_greedy_like(t, "greedy_decode", spec, src, src_mask, 8,
                           f"a random 2-layer {'pre' if norm_first else 'post'}-LN Transformer (float64, dropout 0.1, "
                           f"handed over in train mode)")
+    src, src_mask = sources(t, [3, 5, 2])
+    check_greedy_like(t, "greedy_decode", ending_oracle(t, dtype="float32"), src, src_mask, 7,
+                      "a scripted model in float32 (its logits are float32)")
 
 
 # ---- sampling ------------------------------------------------------------------------------------
