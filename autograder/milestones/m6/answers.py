@@ -3,7 +3,18 @@ oracle, or reference.TorchModel with the same weights), a plain greedy loop, a s
 contract's one multinomial call per step with the same seed, a beam search kept as Python lists per
 item, an exhaustive search, its own cached decoder written from the weights, and the matrix-multiply
 FLOPs a cached and an uncached step need. Each decoder has switches that reproduce known mistakes;
-the CATALOGUE entries of sampling and beam search are registered here, beside them."""
+the CATALOGUE entries (each mistake with its own computation) are registered here, beside them, by the
+kind of answer they reproduce:
+- "format":          (right, max_len, pad) -> what a decoding function returns with a mistake of the
+                     output format (no <bos> column, one step too many, 0 written for pad_id), from
+                     `right(n)`, the function's right answer for max_len = n;
+- "greedy":          (spec, src, src_mask, max_len, pad) -> greedy's tokens with one mistake;
+- "cached":          (spec, src, src_mask, max_len, pad) -> (tokens, logits per step) of the cached decoder;
+- "sampling":        (logits, temperature, top_k, top_p) -> the filtered distribution;
+- "sample_run":      (step, B, max_len, seed, temperature, top_k, top_p, pad) -> a seeded run's tokens;
+- "sampling_errors": (logits, temperature, top_k, top_p) -> raises what the mistake raises;
+- "dtype_errors":    (logits, ...) -> raises what the mistake raises on a float32 model, whatever the function;
+- "beam":            (step, B, max_len, K, alpha, pad=...) -> (tokens, scores)."""
 from __future__ import annotations
 
 import math
@@ -17,6 +28,7 @@ from autograder.milestones.m6.recipes import OracleModel
 
 PAD, BOS, EOS = 0, 1, 2
 V = 9                 # vocabulary of every model here: <pad> <bos> <eos> and six tokens
+OTHER_PAD = V - 1     # the pad_id of the runs with a pad id other than 0 (a token those models never generate)
 MAX_POS = 40          # the random Transformers' positional table
 
 
@@ -31,6 +43,8 @@ def stepper(spec, src, src_mask, *, causal=True):
         def step(prefixes, rows):
             return model.generator(model.decode(prefixes, memory[rows])[:, -1])
         return step
+    # A Transformer is computed in float64 whatever the spec's dtype: a float32 model's logits are these to
+    # float32 accuracy (the checks choose float32 models whose decisions are far from ties).
     model = TorchModel(spec["params"], spec["layers"], spec["norm_first"], "relu", torch.float64, MAX_POS)
     with torch.no_grad():
         memory = model.encode(src, src_mask)
@@ -43,7 +57,7 @@ def stepper(spec, src, src_mask, *, causal=True):
     return step
 
 
-def judge_greedy(step, B, max_len, *, pad_after_eos=True):
+def judge_greedy(step, B, max_len, *, pad=PAD, pad_after_eos=True):
     """(tokens [B, T], steps run, logits per step [B, V])."""
     ys = torch.full((B, 1), BOS, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
@@ -53,7 +67,7 @@ def judge_greedy(step, B, max_len, *, pad_after_eos=True):
         seen.append(logits)
         nxt = logits.argmax(-1)
         if pad_after_eos:
-            nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done = done | (nxt == EOS)
         if bool(done.all()):
@@ -61,8 +75,38 @@ def judge_greedy(step, B, max_len, *, pad_after_eos=True):
     return ys, len(seen), seen
 
 
+def greedy_by_eos_bias(spec, src, src_mask, max_len, biases):
+    """Greedy's tokens [B, T] on the Transformer of `spec` with each of these generator biases for <eos>, all
+    decoded as one batch (the same tokens as one greedy run per bias, but for trailing all-pad columns)."""
+    model = TorchModel(spec["params"], spec["layers"], spec["norm_first"], "relu", torch.float64, MAX_POS)
+    n, B = len(biases), src.size(0)
+    shift = torch.tensor(biases, dtype=torch.float64).repeat_interleave(B) - spec["params"]["generator.bias"][EOS]
+    with torch.no_grad():
+        memory = model.encode(src, src_mask).repeat(n, 1, 1)
+        mask = src_mask.repeat(n, 1, 1)
+        ys = torch.full((n * B, 1), BOS, dtype=torch.long)
+        done = torch.zeros(n * B, dtype=torch.bool)
+        for _ in range(max_len):
+            t = ys.size(1)
+            logits = model.gen(model.decode(ys, memory, mask, torch.ones(t, t, dtype=torch.bool).tril())[:, -1])
+            logits[:, EOS] += shift
+            nxt = torch.where(done, torch.full_like(done, PAD, dtype=torch.long), logits.argmax(-1))
+            ys = torch.cat([ys, nxt[:, None]], 1)
+            done = done | (nxt == EOS)
+            if bool(done.all()):
+                break
+    return list(ys.reshape(n, B, -1))
+
+
+def greedy_run(spec, src, src_mask, max_len, pad=PAD, *, causal=True, pad_after_eos=True):
+    """greedy_decode's tokens on the model of `spec` (or one known mistake's)."""
+    return judge_greedy(stepper(spec, src, src_mask, causal=causal), src.size(0), max_len, pad=pad,
+                        pad_after_eos=pad_after_eos)[0]
+
+
 def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_ignored=False, temp_multiplied=False,
-                   k_extra=0, drop_crossing=False, p_before_renorm=False, p_unscattered=False, temp_late=False):
+                   k_extra=0, drop_crossing=False, p_before_renorm=False, p_on_raw=False, p_unscattered=False,
+                   temp_late=False):
     """The contract's sampling distribution [B, V] (or one known mistake's)."""
     if temp_late:           # filtered on the raw logits, divided by the temperature only at the end
         q = filtered_probs(logits, 1.0, top_k, top_p) ** (1.0 / temperature)   # softmax(kept / T)
@@ -74,7 +118,7 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_igno
         kth = z.sort(-1, descending=True).values[:, k - 1:k]
         z = z.masked_fill(z < kth, float("-inf"))
     if top_p is not None:
-        probs = torch.softmax(unfiltered if p_before_renorm else z, -1)
+        probs = torch.softmax(logits if p_on_raw else unfiltered if p_before_renorm else z, -1)
         sorted_p, order = probs.sort(-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p
         keep_sorted = (sorted_p.cumsum(-1) < top_p) if drop_crossing else (before < top_p)
@@ -84,7 +128,9 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_igno
     return torch.softmax(z, -1)
 
 
-def judge_sample(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None, **dev):
+def judge_sample(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None, *, pad=PAD, pad_after_eos=True,
+                 **dev):
+    """(tokens [B, T], steps run) of the contract's sampler with this seed (or one known mistake's)."""
     gen = torch.Generator().manual_seed(seed)
     ys = torch.full((B, 1), BOS, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
@@ -93,7 +139,8 @@ def judge_sample(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None
         probs = filtered_probs(step(ys, torch.arange(B)), temperature, top_k, top_p, **dev)
         nxt = torch.multinomial(probs, 1, generator=gen)[:, 0]
         steps += 1
-        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+        if pad_after_eos:
+            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done = done | (nxt == EOS)
         if bool(done.all()):
@@ -101,22 +148,35 @@ def judge_sample(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None
     return ys, steps
 
 
+def sample_run(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None, pad=PAD, **dev):
+    """A seeded sample_decode run's tokens (or one known mistake's)."""
+    return judge_sample(step, B, max_len, seed, temperature, top_k, top_p, pad=pad, **dev)[0]
+
+
 def gnmt(score, n, alpha):
     return score / ((5.0 + n) / 6.0) ** alpha
 
 
-def judge_beam(step, B, max_len, K, alpha, *, dup_start=False, extend_finished=False, pad_cost=False,
+def judge_beam(step, B, max_len, K, alpha, *, pad=PAD, dup_start=False, extend_finished=False, pad_cost=False,
                no_norm=False, n_extra=0, eos_uncounted=False, n_counts_pads=False, norm_each_step=False,
-               stop_top=False):
+               norm_kept=False, stop_top=False, finished_only=None, raw_scores=False, mixed_rows=False,
+               margins=None):
     """The beam search of the contract with Python lists (or one known mistake): (tokens [B, T], scores [B]).
     A hypothesis is (tokens, summed log-probability, finished, n). The items move in lockstep, as in a
-    batched search (several mistakes show only through the batch's common number of steps)."""
+    batched search (several mistakes show only through the batch's common number of steps). Hypothesis j of
+    item b is the student's slot j (topk keeps them best first), row b * K + j of the [B * K] batch.
+    `margins`: a list that receives, at each step and for the final choice, the gap between the last
+    hypothesis kept and the first left out (how far the result is from a tie)."""
     def length(h):
         n = len(h[0]) - 1 if n_counts_pads else h[3]
         return n + n_extra - (1 if eos_uncounted and h[2] else 0)
 
-    def final(h):
-        return h[1] if no_norm else gnmt(h[1], length(h), alpha)
+    def normalised(h):          # the score that chooses the result
+        return h[1] if no_norm or norm_kept else gnmt(h[1], length(h), alpha)
+
+    def gap(keys, i):
+        if margins is not None and len(keys) > i and math.isfinite(keys[i - 1]) and math.isfinite(keys[i]):
+            margins.append(keys[i - 1] - keys[i])
 
     beams = [[([BOS], 0.0, False, 0)] * (K if dup_start else 1) for _ in range(B)]
     for _ in range(max_len):
@@ -125,24 +185,38 @@ def judge_beam(step, B, max_len, K, alpha, *, dup_start=False, extend_finished=F
         if stop_top and all(max(item, key=lambda h: h[1])[2] for item in beams):
             break
         prefixes = torch.tensor([h[0] for item in beams for h in item])
-        rows = torch.tensor([b for b, item in enumerate(beams) for _ in item])
+        rows = torch.tensor([(b * K + j) % B if mixed_rows else b
+                             for b, item in enumerate(beams) for j in range(len(item))])
         logp = torch.log_softmax(step(prefixes, rows), -1).tolist()
         j, new = 0, []
         for item in beams:
             cands = []
             for toks, s, fin, n in item:
                 if fin and not extend_finished:
-                    cands.append((toks + [PAD], s + (logp[j][PAD] if pad_cost else 0.0), True, n))
+                    cands.append((toks + [pad], s + (logp[j][pad] if pad_cost else 0.0), True, n))
                 else:
                     cands += [(toks + [v], s + lp, fin or v == EOS, n + (0 if fin else 1)) for v, lp in enumerate(logp[j])]
                 j += 1
+            if norm_kept:        # the normalised score replaces the running sum
+                cands = [(c[0], gnmt(c[1], length(c), alpha), c[2], c[3]) for c in cands]
             rank = (lambda c: gnmt(c[1], length(c), alpha)) if norm_each_step else (lambda c: c[1])
-            new.append(sorted(cands, key=rank, reverse=True)[:K])
+            ranked = sorted(cands, key=rank, reverse=True)
+            gap([rank(c) for c in ranked], K)
+            new.append(ranked[:K])
         beams = new
-    winners = [max(item, key=final) for item in beams]
-    T = max(len(w[0]) for w in winners)
-    tokens = torch.tensor([w[0] + [PAD] * (T - len(w[0])) for w in winners])
-    return tokens, torch.tensor([final(w) for w in winners], dtype=torch.float64)
+    winners = []
+    for item in beams:
+        pool, key = item, normalised
+        if finished_only == "fallback" and any(h[2] for h in item):
+            pool = [h for h in item if h[2]]
+        elif finished_only == "masked":
+            key = lambda h: normalised(h) if h[2] else float("-inf")        # noqa: E731
+        gap(sorted((key(h) for h in pool), reverse=True), 1)
+        best = max(pool, key=key)
+        winners.append((best, best[1] if raw_scores else key(best)))
+    T = max(len(w[0][0]) for w in winners)
+    tokens = torch.tensor([w[0][0] + [pad] * (T - len(w[0][0])) for w in winners])
+    return tokens, torch.tensor([w[1] for w in winners], dtype=torch.float64)
 
 
 def exhaustive(step, b, max_len, alpha):
@@ -165,7 +239,7 @@ def exhaustive(step, b, max_len, alpha):
     return best
 
 
-def judge_cached_greedy(spec, src, src_mask, max_len, *, exclude_self=False, pe_first_row=False,
+def judge_cached_greedy(spec, src, src_mask, max_len, pad=PAD, *, exclude_self=False, pe_first_row=False,
                         pe_next_row=False, no_final_norm=False, raw_keys=False):
     """The judge's own cached decoder, written from the weights (or one known mistake): (tokens, logits
     per step). Correct, it gives the plain greedy loop's tokens."""
@@ -235,7 +309,7 @@ def judge_cached_greedy(spec, src, src_mask, max_len, *, exclude_self=False, pe_
             x = norm(x, "decoder.norm")
         logits = F.linear(x[:, -1], p["generator.weight"], p["generator.bias"])
         seen.append(logits)
-        nxt = torch.where(done, torch.full_like(logits[:, 0], PAD, dtype=torch.long), logits.argmax(-1))
+        nxt = torch.where(done, torch.full_like(logits[:, 0], pad, dtype=torch.long), logits.argmax(-1))
         ys = torch.cat([ys, nxt[:, None]], 1)
         done = done | (nxt == EOS)
         if bool(done.all()):
@@ -269,6 +343,70 @@ def uncached_step_flops(B, t, Ls, layers, d=D, d_ff=D_FF, vocab=V):
 
 # ---- the catalogue ---------------------------------------------------------------------------------
 
+def _tokens_of(value):
+    return value[0] if isinstance(value, tuple) else value
+
+
+def _with_tokens(value, tokens):
+    return (tokens, *value[1:]) if isinstance(value, tuple) else tokens
+
+
+@CATALOGUE.entry("format", "bos_missing", "the result leaves out the <bos> column: column 0 must be bos_id "
+                 "(start from a [B, 1] column of bos_id and return it with the generated tokens).")
+def without_bos(right, max_len, pad):
+    value = right(max_len)
+    return _with_tokens(value, _tokens_of(value)[:, 1:])
+
+
+@CATALOGUE.entry("format", "too_many_steps", "the loop runs max_len + 1 times (as if max_len counted the <bos>), so "
+                 "up to max_len + 1 tokens are generated; max_len is the most tokens generated after <bos> "
+                 "(for _ in range(max_len)).")
+def one_step_too_many(right, max_len, pad):
+    return right(max_len + 1)
+
+
+@CATALOGUE.entry("format", "pads_with_zero", "after <eos> the code writes 0, not pad_id: write the pad_id argument "
+                 "(it is 0 in most tests, not always).")
+def padded_with_zero(right, max_len, pad):
+    if pad == 0:
+        return None                          # the same as the right answer: proves nothing
+    value = right(max_len)
+    tokens = _tokens_of(value)
+    eos = (tokens == EOS).long()
+    after = (eos.cumsum(1) - eos) > 0        # positions after the first <eos>
+    return _with_tokens(value, tokens.masked_fill(after & (tokens == pad), 0))
+
+
+_NO_PAD_TEXT = ("after a sequence's <eos> the loop keeps appending the model's choices; every later position must be "
+                "pad_id (keep a `finished` flag per row and write pad_id where it is set).")
+_GREEDY = CATALOGUE.deviations("greedy", greedy_run, (
+    ("no_pad_after_eos", _NO_PAD_TEXT, {"pad_after_eos": False}),
+    ("no_causal_mask", "the prefix is decoded without the causal mask: pass causal_mask(t) (milestone 1) as tgt_mask "
+     "to model.decode; with two or more layers the earlier positions otherwise see later tokens.", {"causal": False})))
+NO_PAD, NO_MASK = (m for m, _ in _GREEDY)
+
+CATALOGUE.deviations("sample_run", sample_run, (("no_pad_after_eos", _NO_PAD_TEXT, {"pad_after_eos": False}),))
+
+# The cached decoder's mistakes: the judge's cached decoder with these switches.
+_CACHED = (
+        ("cache_without_new_position", "the newest position does not attend to itself: its own key and value must "
+         "be in the cache before it attends (append, then attend over every cached position).",
+         {"exclude_self": True}),
+        ("cached_position_zero", "every new token gets the positional encoding of position 0; the token at "
+         "position t gets model.pos_encoding.pe[t].", {"pe_first_row": True}),
+        ("cached_position_off_by_one", "the new token gets the positional encoding of the next position; the "
+         "token at position t (the <bos> is at 0) gets pe[t].", {"pe_next_row": True}),
+        ("cached_final_norm_missing", "the decoder's final norm (model.decoder.norm, pre-LN) is not applied "
+         "after the last layer.", {"no_final_norm": True}),
+        ("cached_pre_ln_raw_keys", "in pre-LN the new position's keys and values come from the raw stream; they "
+         "come from norm1(x), as its query does.", {"raw_keys": True}))
+_CACHED_DEVIATIONS = CATALOGUE.deviations("cached", judge_cached_greedy, _CACHED)
+# The first of them again, with the sentence for the crash it causes (declared after it: the catalogue keeps the
+# sentence above for the id).
+EMPTY_CACHE = CATALOGUE.mistake("cache_without_new_position", "at the first step your attention ran over zero keys: "
+                                "the newest position must attend to itself too, so append its key and value to the "
+                                "cache first, then attend over every cached position.")
+
 _SAMPLING = (
     ("temperature_ignored", "the temperature has no effect on the distribution: divide the logits by it before the "
      "softmax (dividing the probabilities after the softmax changes nothing once they are renormalised).",
@@ -284,6 +422,9 @@ _SAMPLING = (
      {"drop_crossing": True}),
     ("top_p_before_top_k_renormalised", "top-p is computed on the distribution before top-k; compute it on the "
      "softmax of what top-k kept (renormalised).", {"p_before_renorm": True}),
+    ("top_p_on_raw_probabilities", "top-p is measured on the model's raw probabilities (the softmax of the logits "
+     "before the temperature and top-k); measure it on the softmax of the tempered logits that top-k kept.",
+     {"p_on_raw": True}),
     ("temperature_after_filter", "the temperature is applied after top-k/top-p filtering, so top-p measures the "
      "untempered distribution; divide the logits by the temperature first, then filter.", {"temp_late": True}),
     ("top_p_not_scattered_back", "the top-p mask is applied in sorted order to the vocabulary: map it back to "
@@ -292,7 +433,51 @@ _SAMPLING = (
 )
 _SAMPLING_DEVIATIONS = CATALOGUE.deviations("sampling", filtered_probs, _SAMPLING)
 
-CATALOGUE.deviations("beam", judge_beam, (
+
+# Errors of sampling, each raised by the mistake's own computation on the logits of a step (Catalogue.raising
+# recognises the student's error by its type and message); "dtype_errors" below, of every function.
+_NOT_CLAMPED = ("top_k is not clamped to the vocabulary size: with top_k >= V every token is kept (the docstring), "
+                "so use k = min(top_k, logits.size(-1)) (torch.topk and indexing fail beyond V).")
+
+
+@CATALOGUE.entry("sampling_errors", "top_k_not_clamped", _NOT_CLAMPED)
+def topk_unclamped(logits, temperature, top_k, top_p):
+    z = logits / temperature
+    return z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[:, -1:], float("-inf"))
+
+
+@CATALOGUE.entry("sampling_errors", "top_k_not_clamped", _NOT_CLAMPED)
+def kth_indexed_unclamped(logits, temperature, top_k, top_p):
+    z = logits / temperature
+    return z.masked_fill(z < z.sort(-1, descending=True).values[:, top_k - 1].unsqueeze(-1), float("-inf"))
+
+
+@CATALOGUE.entry("sampling_errors", "top_k_not_clamped", _NOT_CLAMPED)
+def kth_sliced_unclamped(logits, temperature, top_k, top_p):
+    z = logits / temperature
+    return z.masked_fill(z < z.sort(-1, descending=True).values[:, top_k - 1:top_k], float("-inf"))
+
+
+@CATALOGUE.entry("sampling_errors", "top_k_not_clamped", _NOT_CLAMPED)
+def kthvalue_unclamped(logits, temperature, top_k, top_p):
+    z = logits / temperature
+    return z.masked_fill(z < torch.kthvalue(z, z.size(-1) - top_k + 1, dim=-1, keepdim=True).values, float("-inf"))
+
+
+def _float64_fill(logits, *settings):
+    """What a float64-only constant does to a float32 tensor of logits: raises (a float64 one works)."""
+    return logits.masked_fill(torch.ones_like(logits, dtype=torch.bool), torch.finfo(torch.float64).min)
+
+
+# An error of any decoding function on a float32 model: (logits, ...) -> raises what the mistake raises.
+FILL_OVERFLOWS = CATALOGUE.mistake(
+    "fill_value_overflows", "a tensor is filled with a number float32 cannot hold (for example "
+    "torch.finfo(torch.float64).min or -1e300, written for the float64 models of the public tests): it works on "
+    "float64 models only. Use float('-inf') (or torch.finfo(x.dtype).min, the tensor's own dtype).",
+    kind="dtype_errors", reproduce=_float64_fill)
+
+
+BEAM_DEVIATIONS = CATALOGUE.deviations("beam", judge_beam, (
         ("duplicate_start_beams", "the search starts with beam_size copies of [<bos>], all at score 0, so the beam "
          "fills with duplicates; start from one hypothesis: slot 0 at score 0, the others at -inf.",
          {"dup_start": True}),
@@ -303,6 +488,8 @@ CATALOGUE.deviations("beam", judge_beam, (
         ("length_penalty_forgotten", "the final choice uses the raw summed log-probability; it uses the normalised "
          "score sum_logprob / ((5 + n) / 6) ** length_penalty (use length_penalty_score), which is also what "
          "`scores` returns.", {"no_norm": True}),
+        ("scores_not_normalised", "the result is chosen by the normalised score, but `scores` returns the raw summed "
+         "log-probability of the winner; return its normalised score (length_penalty_score).", {"raw_scores": True}),
         ("length_counts_bos", "the length n counts <bos>; n is the number of tokens AFTER <bos> up to and "
          "including the first <eos>.", {"n_extra": 1}),
         ("length_without_eos", "the length n leaves out <eos>; n counts the tokens after <bos> up to and "
@@ -312,17 +499,28 @@ CATALOGUE.deviations("beam", judge_beam, (
         ("normalised_every_step", "the hypotheses are ranked by the normalised score at every step; keep the "
          "beam_size best by summed log-probability, and normalise only to choose the final result.",
          {"norm_each_step": True}),
+        ("normalised_every_step", "the running scores are length-normalised at every step (each step adds log p to "
+         "an already normalised score and normalises again); keep the plain summed log-probability during the "
+         "search, and normalise only to choose the final result.", {"norm_kept": True}),
+        ("winner_among_finished_only", "the result is chosen among the finished hypotheses only; a hypothesis still "
+         "unfinished after max_len steps competes too (its n is max_len) and can win.", {"finished_only": "masked"}),
+        ("winner_among_finished_only", "the result is chosen among the finished hypotheses only; a hypothesis still "
+         "unfinished after max_len steps competes too (its n is max_len) and can win.", {"finished_only": "fallback"}),
+        ("beam_items_mixed", "memory and src_mask are repeated with .repeat (the whole batch after the whole batch), "
+         "so hypothesis row b * beam_size + j decodes another item's source; .repeat_interleave(beam_size, dim=0) "
+         "(each item beam_size times in a row) matches the [B * beam_size] order of the hypotheses.",
+         {"mixed_rows": True}),
         ("stops_when_best_finished", "the search stops as soon as the best hypothesis has finished; it goes on "
          "until every hypothesis has (or max_len steps).", {"stop_top": True})))
 
 
 # ---- what each decoding function must return -------------------------------------------------------
 
-def expected_tokens(func, spec, src, src_mask, max_len, gen_seed=0):
+def expected_tokens(func, spec, src, src_mask, max_len, gen_seed=0, pad=PAD):
     """What `func` must return (tokens only) with the contract's defaults."""
     step = stepper(spec, src, src_mask)
     if func == "beam_search":
-        return judge_beam(step, src.size(0), max_len, 4, 0.6)[0]
+        return judge_beam(step, src.size(0), max_len, 4, 0.6, pad=pad)[0]
     if func == "sample_decode":
-        return judge_sample(step, src.size(0), max_len, gen_seed)[0]
-    return judge_greedy(step, src.size(0), max_len)[0]
+        return judge_sample(step, src.size(0), max_len, gen_seed, pad=pad)[0]
+    return judge_greedy(step, src.size(0), max_len, pad=pad)[0]

@@ -1,6 +1,6 @@
 """Mistake: memory and src_mask repeated with .repeat (items mixed up).
 
-CATCHES: beam, batched
+CATCHES: beam
 DIAGNOSIS: beam_items_mixed
 
 BASE: reference

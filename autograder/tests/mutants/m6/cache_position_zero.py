@@ -1,6 +1,6 @@
 """Mistake: every new token gets the positional encoding of position 0.
 
-CATCHES: kv_cache, batched
+CATCHES: kv_cache
 DIAGNOSIS: cached_position_zero
 
 BASE: reference

@@ -1,7 +1,7 @@
 """Mistake: greedy_decode loops max_len + 1 times (as if max_len counted the <bos>), so it can generate max_len + 1 tokens.
 
-CATCHES: greedy, batched
-DIAGNOSIS: too_many_steps, no_early_stop
+CATCHES: greedy
+DIAGNOSIS: too_many_steps
 
 BASE: reference
 """

@@ -1,6 +1,6 @@
 """Mistake: greedy_decode returns only the generated tokens, dropping the <bos> column.
 
-CATCHES: greedy, batched
+CATCHES: greedy
 DIAGNOSIS: bos_missing
 
 BASE: reference

@@ -1,0 +1,46 @@
+"""Mistake: sampling masks the filtered-out logits with torch.finfo(torch.float64).min instead of -inf;
+fine on the float64 models of the public tests, but the value does not fit in a float32 tensor.
+
+CATCHES: sampling
+DIAGNOSIS: fill_value_overflows
+
+BASE: reference
+"""
+
+NEG = torch.finfo(torch.float64).min          # "minus infinity", as a number
+
+
+def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None,
+                  top_p=None, generator=None):
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            B = src.size(0)
+            memory = model.encode(src, src_mask)
+            ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+            finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+            for _ in range(max_len):
+                logits = _next_token_logits(model, ys, memory, src_mask) / temperature   # [B, V]
+                if top_k is not None:
+                    k = min(top_k, logits.size(-1))
+                    kth = logits.topk(k, dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, NEG)
+                if top_p is not None:
+                    probs = torch.softmax(logits, dim=-1)
+                    sorted_probs, order = probs.sort(dim=-1, descending=True)
+                    before = sorted_probs.cumsum(dim=-1) - sorted_probs
+                    keep = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before < top_p)
+                    logits = logits.masked_fill(~keep, NEG)
+                probs = torch.softmax(logits, dim=-1)
+                next_token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+                next_token = next_token.masked_fill(finished, pad_id)
+                ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
+                finished = finished | (next_token == eos_id)
+                if finished.all():
+                    break
+    finally:
+        model.train(was_training)
+    return ys
