@@ -161,6 +161,7 @@ class Tester:
         self.patches = patches or {}
         self.verified = 0
         self.invoked: set[str] = set()  # the student callables this group ran (named in `what` of requests)
+        self.last_call = ""             # the one its latest request ran (a failure is usually about it)
         self.blamed: list[str] = []    # student callables this group proved wrong (see blame)
         self.numpy_seen = False        # a measured call made tensors from numpy data (work no op count sees)
         # One generator per group: a group's inputs do not depend on which groups ran before it.
@@ -186,6 +187,7 @@ class Tester:
     # ---- talking to the worker -------------------------------------------------------
     def _request(self, request: protocol.Request, what: str, allow_error: bool = False, crash=None) -> dict:
         self.invoked.update(_named(what))
+        self.last_call = next(iter(_named(what)), "")
         # The name a request itself targets stays the student's: their own class or function is what it runs,
         # and under the stand-in's name a valid `super(LayerNorm, self).__init__()` in it would fail.
         own = getattr(request, "cls", None) or getattr(request, "func", None)
@@ -459,6 +461,7 @@ class CheckResult:
     judged: bool = True          # False: a style group that could not judge (code broken)
     charged_in: str = ""         # the group above that already charged the failure this one met
     invoked: tuple[str, ...] = field(default=())  # student callables the group ran
+    failed_on: str = ""          # the student callable of the request before the failure
     reproduced: bool = False     # the named cause is a mistake whose own computation the judge ran
     note: str = ""               # e.g. graded with a stand-in for a function that failed above
     stand_ins: tuple[str, ...] = field(default=())

@@ -238,12 +238,13 @@ def _is_style(groups: dict[str, Group], name: str) -> bool:
 
 def _charge_once(results: list[CheckResult]) -> None:
     """Failures whose cause is the same known mistake, one that reproduced the answers (it has its own
-    computation), cost points once: in the group worth the most (the first in report order on a tie); the
-    others keep their points and say where it was charged."""
-    by_cause: dict[str, list[CheckResult]] = {}
+    computation), in the same student callable, cost points once: in the group worth the most (the first in
+    report order on a tie); the others keep their points and say where it was charged. The same mistake made
+    in two functions is two mistakes."""
+    by_cause: dict[tuple[str, str], list[CheckResult]] = {}
     for r in results:
         if not r.passed and r.cause and r.reproduced and not r.charged_in:
-            by_cause.setdefault(r.cause, []).append(r)
+            by_cause.setdefault((r.cause, r.failed_on), []).append(r)
     for same in by_cause.values():
         owner = max(same, key=lambda r: r.max_score)       # max keeps the first of equals
         for r in same:
@@ -358,5 +359,6 @@ def _run_group(name, points, spec, groups, failed, session, m, seed, values: Val
         result.internal_error = traceback.format_exc(limit=4)
     result.blamed = tuple(tester.blamed)
     result.invoked = tuple(sorted(tester.invoked))
+    result.failed_on = "" if result.passed else tester.last_call
     result.seconds = time.monotonic() - t0
     return result

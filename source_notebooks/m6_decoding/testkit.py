@@ -9,11 +9,11 @@ from torch.overrides import TorchFunctionMode
 MEASURED_SECONDS = 7.8   # cold `pytest -q` here, reference files, 2 cores (median of 3)
 
 GROUPS = {
-    'greedy': (4, "greedy_decode's tokens against the judge's own decoding, on scripted models and on small random post-LN and pre-LN Transformers left in train mode: <bos> first, argmax, <pad> after <eos>, the causal mask, stopping once every sequence has ended"),
-    'sampling': (4, "sample_decode: the filtered distribution measured over thousands of draws (temperature, top-k, top-p on what top-k kept, the token that crosses top_p kept); ValueError unless temperature > 0; with a seeded generator, exactly the judge's tokens (one torch.multinomial(probs, 1, generator=generator) per step on all B rows)"),
-    'beam': (5, "beam_search's tokens and scores against the judge's own search: one start hypothesis, finished hypotheses kept at no cost, the GNMT length penalty for the final choice only; beam_size=1 gives greedy's tokens; a beam wider than every hypothesis gives the exhaustive search's winner; batch items independent"),
-    'kv_cache': (4, "greedy_decode_cached gives greedy's tokens and the same logits at model.generator on post-LN and pre-LN models; the matrix-multiply FLOPs of each step stay those of the newest position (no growth with the prefix, no projection of memory after the first step)"),
-    'modes': (1, 'every function that gives the right tokens switches the model to eval mode, runs without gradients and puts back the mode it found'),
+    'greedy': (4, "greedy_decode's tokens against the judge's own decoding, on scripted models and on small random post-LN and pre-LN Transformers left in train mode: <bos> first, argmax, pad_id after <eos> (also one other than 0), the causal mask, stopping once every sequence has ended, float32 and float64 models"),
+    'sampling': (4, "sample_decode: the filtered distribution measured over thousands of draws (temperature, top-k, a top_k above the vocabulary keeping every token, top-p on what top-k kept, the token that crosses top_p kept); ValueError unless temperature > 0; with a seeded generator, exactly the judge's tokens (one torch.multinomial(probs, 1, generator=generator) per step on all B rows)"),
+    'beam': (5, "beam_search's tokens and scores against the judge's own search: one start hypothesis, finished hypotheses kept at no cost, the GNMT length penalty for the final choice only; beam_size=1 gives greedy's tokens; a beam wider than every hypothesis gives the exhaustive search's winner, unfinished hypotheses included; batch items independent; pad_id other than 0; scores in the model's dtype (float32 too)"),
+    'kv_cache': (4, "greedy_decode_cached gives greedy's tokens and the same logits at model.generator on post-LN and pre-LN models, float32 and float64, pad_id other than 0; the matrix-multiply FLOPs of each step stay those of the newest position (no growth with the prefix, no projection of memory after the first step)"),
+    'modes': (1, 'every function that gives the right tokens (or tokens a known mistake explains) switches the model to eval mode, runs without gradients and puts back the mode it found'),
     'batched': (2, 'no Python loop over the batch items: the tensor operations counted for B = 2 and B = 5 are the same (a loop over time steps is expected)'),
 }
 
