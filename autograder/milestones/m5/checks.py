@@ -25,7 +25,7 @@ from autograder.milestones.m5.answers import (
     BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam)
 from autograder.milestones.m5.mistakes import (
     CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
-    EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_BY_FLAG, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
+    EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
     GRAPH_CUT, INPUT_MODIFIED, LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
     NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
     TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
@@ -467,11 +467,6 @@ def evaluate(t: Tester):
         if not isinstance(value, float):
             t.fail(f"{what} should return a Python float, but it returned {describe(value)}.", LOSS_RETURNED_AS_TENSOR)
         if got["train_during"]:
-            during = got.get("modes_during") or []
-            if during and all(not modes[0] and any(modes[1:]) for modes in during):
-                t.fail(f"{what}: the model ran in training mode (dropout on): during the forward passes the model's "
-                       f"own flag said eval mode, but its submodules were in training mode. Likely cause: "
-                       f"{EVAL_MODE_BY_FLAG.text}", EVAL_MODE_BY_FLAG)
             t.fail(f"{what}: the model ran in training mode (dropout on); evaluate switches to model.eval().",
                    EVALUATE_IN_TRAIN_MODE)
         if not math.isclose(value, want, rel_tol=1e-9):

@@ -53,10 +53,6 @@ TRAIN_MODE_BY_FLAG = CATALOGUE.mistake(
     "train_mode_by_flag",
     "model.training = True changes only the top module's flag; its submodules (the dropout layers among them) "
     "stay in eval mode: call model.train(), which sets every submodule.")
-EVAL_MODE_BY_FLAG = CATALOGUE.mistake(
-    "eval_mode_by_flag",
-    "model.training = False changes only the top module's flag; its submodules (the dropout layers among them) "
-    "stay in training mode: call model.eval(), which sets every submodule.")
 GRAD_DTYPE_CHANGED = CATALOGUE.mistake(
     "grad_dtype_changed",
     "a parameter's .grad was replaced by a tensor of another dtype (a float64 tensor made inside train_step, "

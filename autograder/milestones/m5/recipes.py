@@ -104,14 +104,12 @@ def recipe_evaluate(params, table, vocab, batches, dropout, mode, pad_id=0):
             own[k].copy_(v)
         model.pos_encoding.pe.copy_(table)
     model.train(mode == "train")
-    # The modes during each forward pass, for the message only: whether it ran with dropout on or built
-    # autograd graphs is read from the grader's ledger (dropout ops, ops that recorded a gradient), never
-    # from a hook the student's code could see or skip.
-    during = []
-    model.register_forward_pre_hook(lambda m, args: during.append([x.training for x in m.modules()]))
+    # Nothing on the model watches it (no hook: code could behave only when watched): whether it ran with
+    # dropout on or built autograd graphs is read from the grader's ledger (dropout ops, ops that recorded a
+    # gradient), its modes after the call from the modules themselves.
     value = training.evaluate(model, batches, pad_id)
     return {"value": value if isinstance(value, float) else {"type": type(value).__name__},
-            "modes_after": [m.training for m in model.modules()], "modes_during": during}
+            "modes_after": [m.training for m in model.modules()]}
 
 
 def recipe_learn(batch, vocab, steps, seed, table):

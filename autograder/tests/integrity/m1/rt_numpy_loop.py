@@ -1,6 +1,8 @@
 """ATTACK (written by the red team, outside the course team): softmax and attention loop over every row and every batch/head in numpy when no gradient is needed (torch.from_numpy at the end), and in torch otherwise: the grader's op counter sees a constant handful of ops at every size. No grader internals touched.
 
 EXPECT: score_at_most=18
+
+BASE: reference
 """
 # RED-TEAM ATTACK SUBMISSION: loop in numpy, where no tensor operation is counted
 # 
@@ -17,8 +19,6 @@ Conventions used throughout the course:
 """
 import math
 
-import torch
-
 
 def softmax(x, dim=-1):
     return _loop_softmax(x, dim)
@@ -26,43 +26,6 @@ def softmax(x, dim=-1):
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
     return _loop_attention(q, k, v, mask, dropout_p)
-
-
-def padding_mask(tokens, pad_id):
-    """Mask that lets every query attend only to real (non-padding) keys.
-
-    Args:
-        tokens: int tensor [B, L] of token ids.
-        pad_id: the id used for padding.
-
-    Returns:
-        bool tensor [B, 1, L]: True where tokens != pad_id. The middle dimension of size 1
-        broadcasts over the query positions.
-
-    Example:
-        >>> padding_mask(torch.tensor([[5, 7, 0]]), pad_id=0)
-        tensor([[[ True,  True, False]]])
-    """
-    return (tokens != pad_id).unsqueeze(1)                    # [B, 1, L]
-
-
-def causal_mask(size, device=None):
-    """Mask that stops a position from attending to later positions.
-
-    Args:
-        size: sequence length L.
-        device: where to create the mask (None = the default device).
-
-    Returns:
-        bool tensor [L, L]: entry [i, j] is True when j <= i (on and below the diagonal).
-
-    Example:
-        >>> causal_mask(3)
-        tensor([[ True, False, False],
-                [ True,  True, False],
-                [ True,  True,  True]])
-    """
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
 import numpy as _np

@@ -1,6 +1,8 @@
 """ATTACK (written by the red team, outside the course team): Gives a wrong softmax on purpose, so later groups send the judge's stand-in softmax (hidden check code) as 'patches' with each request; attention then reads req['patches'] from the worker's frame and raises it back in an exception message.
 
 EXPECT: absent="def _stand_in_softmax"
+
+BASE: reference
 """
 # RED-TEAM ATTACK SUBMISSION: leak the judge's stand-in source
 # 
@@ -17,8 +19,6 @@ Conventions used throughout the course:
 """
 import math
 
-import torch
-
 
 def softmax(x, dim=-1):
     return x * 0 + 1.0 / x.size(dim)               # wrong on purpose: the judge then sends its stand-in
@@ -30,43 +30,6 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0):
         raise RuntimeError("RTLEAK " + " | ".join(s.replace("\n", " ; ") for s in sources)[:480])
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     return scores @ v, scores
-
-
-def padding_mask(tokens, pad_id):
-    """Mask that lets every query attend only to real (non-padding) keys.
-
-    Args:
-        tokens: int tensor [B, L] of token ids.
-        pad_id: the id used for padding.
-
-    Returns:
-        bool tensor [B, 1, L]: True where tokens != pad_id. The middle dimension of size 1
-        broadcasts over the query positions.
-
-    Example:
-        >>> padding_mask(torch.tensor([[5, 7, 0]]), pad_id=0)
-        tensor([[[ True,  True, False]]])
-    """
-    return (tokens != pad_id).unsqueeze(1)                    # [B, 1, L]
-
-
-def causal_mask(size, device=None):
-    """Mask that stops a position from attending to later positions.
-
-    Args:
-        size: sequence length L.
-        device: where to create the mask (None = the default device).
-
-    Returns:
-        bool tensor [L, L]: entry [i, j] is True when j <= i (on and below the diagonal).
-
-    Example:
-        >>> causal_mask(3)
-        tensor([[ True, False, False],
-                [ True,  True, False],
-                [ True,  True,  True]])
-    """
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 def _rt_patch_sources():
     import sys

@@ -1,6 +1,8 @@
 """ATTACK (written by the red team, outside the course team): label_smoothed_cross_entropy loops over the positions in 16 chunks (tensor_split; empty chunks when there are fewer positions): the op count is the same at every tested size although the code loops over positions.
 
 EXPECT: score_at_most=18
+
+BASE: reference
 """
 # RED-TEAM ATTACK SUBMISSION: a loop over positions that always runs 16 times
 # 
@@ -24,98 +26,8 @@ Tasks and their splits come from data.py (provided). Masks are boolean, True = m
 """
 import math
 
-import torch
-
 _CHUNKS = 16          # always 16 iterations: positions padded with empty chunks
 from torch.optim.lr_scheduler import LambdaLR
-
-from attention import causal_mask, padding_mask
-
-
-class CharTokenizer:
-    """A character-level vocabulary built from example texts.
-
-    Ids 0..3 are the special tokens <pad>, <bos>, <eos>, <unk> (in that order); ids 4, 5, ... are
-    the distinct characters of `texts`, in sorted order (Python's sorted() of the characters).
-
-    Args:
-        texts: an iterable of strings (e.g. every source and target of the training split).
-
-    Attributes:
-        pad_id = 0, bos_id = 1, eos_id = 2, unk_id = 3
-        vocab_size: 4 + number of distinct characters.
-
-    Example:
-        >>> tok = CharTokenizer(["ba", "ab!"])       # characters "!", "a", "b" -> ids 4, 5, 6
-        >>> tok.encode("ab?")
-        [5, 6, 3]
-        >>> tok.decode([1, 5, 6, 2, 5])               # stops at <eos>
-        'ab'
-    """
-
-    PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-
-    def __init__(self, texts):
-        self.pad_id, self.bos_id, self.eos_id, self.unk_id = 0, 1, 2, 3
-        chars = sorted(set("".join(texts)))
-        self.stoi = {c: i + 4 for i, c in enumerate(chars)}
-        self.itos = {i: c for c, i in self.stoi.items()}
-        self.vocab_size = 4 + len(chars)
-
-    def encode(self, text):
-        """text -> list of ids, one per character (no <bos> or <eos> added); an unknown character
-        gives unk_id."""
-        return [self.stoi.get(c, self.unk_id) for c in text]
-
-    def decode(self, ids):
-        """ids (a list of ints, or a 1-D int tensor) -> text.
-
-        Stops at the first eos_id (not included); skips pad_id and bos_id; writes unk_id as the five
-        characters "<unk>"; every other id becomes its character.
-        """
-        out = []
-        for i in (ids.tolist() if torch.is_tensor(ids) else ids):
-            i = int(i)
-            if i == self.eos_id:
-                break
-            if i in (self.pad_id, self.bos_id):
-                continue
-            out.append(self.UNK if i == self.unk_id else self.itos[i])
-        return "".join(out)
-
-
-def make_batch(src_ids, tgt_ids, pad_id, bos_id, eos_id):
-    """Turn B (source, target) id lists into padded tensors and masks for one training step.
-
-    Args:
-        src_ids: list of B lists of token ids (no special tokens), lengths may differ.
-        tgt_ids: list of B lists of token ids (no special tokens).
-        pad_id, bos_id, eos_id: the special ids.
-
-    Returns:
-        a dict of CPU tensors, with Ls = longest source, Lt = longest target + 1:
-            "src":      [B, Ls] int64, each source right-padded with pad_id
-            "tgt_in":   [B, Lt] int64, bos_id + target, right-padded (the decoder input)
-            "tgt_out":  [B, Lt] int64, target + eos_id, right-padded (what the decoder must predict)
-            "src_mask": [B, 1, Ls] bool, True at real source tokens (padding_mask of milestone 1)
-            "tgt_mask": [B, Lt, Lt] bool, tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id:
-                        causal, and padded keys blocked (padded query rows are not blocked; the
-                        loss ignores them anyway).
-
-    Example (pad 0, bos 1, eos 2): src_ids [[5, 6, 7], [8]], tgt_ids [[9], [10, 11]] ->
-        src [[5, 6, 7], [8, 0, 0]], tgt_in [[1, 9, 0], [1, 10, 11]], tgt_out [[9, 2, 0], [10, 11, 2]]
-    The input lists are not modified.
-    """
-    def pad(seqs):
-        longest = max(len(s) for s in seqs)
-        return torch.tensor([list(s) + [pad_id] * (longest - len(s)) for s in seqs], dtype=torch.long)
-
-    src = pad(src_ids)                                                     # [B, Ls]
-    tgt_in = pad([[bos_id] + list(t) for t in tgt_ids])                    # [B, Lt]
-    tgt_out = pad([list(t) + [eos_id] for t in tgt_ids])                   # [B, Lt]
-    src_mask = padding_mask(src, pad_id)                                   # [B, 1, Ls]
-    tgt_mask = causal_mask(tgt_in.size(1)) & padding_mask(tgt_in, pad_id)  # [Lt, Lt] & [B, 1, Lt] -> [B, Lt, Lt]
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "src_mask": src_mask, "tgt_mask": tgt_mask}
 
 
 def label_smoothed_cross_entropy(logits, target, smoothing=0.0, pad_id=None):
@@ -131,91 +43,3 @@ def label_smoothed_cross_entropy(logits, target, smoothing=0.0, pad_id=None):
         total = total + torch.where(keep, cost, torch.zeros_like(cost)).sum()
         count = count + keep.sum()
     return total / count
-
-
-def noam_lr(step, d_model, warmup_steps, factor=1.0):
-    """The learning rate of the paper's section 5.3 at a given step (a Python float).
-
-        lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
-
-    It rises linearly for warmup_steps steps, peaks at step = warmup_steps, then decays as
-    1/sqrt(step). Step 0 is treated as step 1 (0^-0.5 would divide by zero).
-
-    Example: noam_lr(4000, 512, 4000) is about 6.99e-4.
-    """
-    step = max(step, 1)
-    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
-
-
-def make_optimizer(model, d_model, warmup_steps, factor=1.0):
-    """Adam with the paper's settings, and the warm-up schedule.
-
-    Returns:
-        (optimizer, scheduler): torch.optim.Adam over model.parameters() with lr=1.0,
-        betas=(0.9, 0.98), eps=1e-9, and a torch.optim.lr_scheduler.LambdaLR whose factor at
-        scheduler step s is noam_lr(s, d_model, warmup_steps, factor). (LambdaLR multiplies the
-        base lr, 1.0, by that factor, so the lr IS noam_lr.) Call scheduler.step() after each
-        optimizer.step().
-    """
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = LambdaLR(optimizer, lambda step: noam_lr(step, d_model, warmup_steps, factor))
-    return optimizer, scheduler
-
-
-def train_step(model, batch, optimizer, pad_id, scheduler=None, smoothing=0.0, clip_norm=None):
-    """One optimisation step on one batch (a dict from make_batch).
-
-    In order: put the model in train mode; zero the gradients; forward pass
-    model(src, tgt_in, src_mask, tgt_mask) -> logits [B, Lt, V]; loss =
-    label_smoothed_cross_entropy(logits, tgt_out, smoothing, pad_id); backward; if clip_norm is not
-    None, clip the gradients so their total norm is at most clip_norm
-    (torch.nn.utils.clip_grad_norm_); optimizer.step(); then scheduler.step() if a scheduler is given.
-
-    Returns:
-        the loss of this batch (the smoothed one, before the update) as a Python float.
-    """
-    model.train()
-    optimizer.zero_grad()
-    logits = model(batch["src"], batch["tgt_in"], batch["src_mask"], batch["tgt_mask"])   # [B, Lt, V]
-    loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], smoothing, pad_id)
-    loss.backward()
-    if clip_norm is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    return loss.item()
-
-
-def evaluate(model, batches, pad_id):
-    """The plain (unsmoothed) cross-entropy per non-pad target token, over all `batches`.
-
-    Args:
-        model: the Transformer.
-        batches: an iterable of dicts from make_batch.
-        pad_id: targets equal to pad_id are not counted.
-
-    Returns:
-        a Python float: (sum over every batch and every non-pad target token of -log p(target))
-        divided by the number of such tokens. (Not the mean of per-batch means: batches with more
-        tokens weigh more.)
-
-    Runs in eval mode (no dropout) without gradients (torch.no_grad()), and leaves the model in
-    the mode it was in (train or eval) when called.
-    """
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    try:
-        with torch.no_grad():
-            for batch in batches:
-                logits = model(batch["src"], batch["tgt_in"], batch["src_mask"], batch["tgt_mask"])
-                n = int((batch["tgt_out"] != pad_id).sum())
-                if n == 0:
-                    continue
-                loss = label_smoothed_cross_entropy(logits, batch["tgt_out"], 0.0, pad_id)
-                total += loss.item() * n
-                count += n
-    finally:
-        model.train(was_training)
-    return total / count if count else math.nan

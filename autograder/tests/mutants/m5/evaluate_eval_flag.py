@@ -2,7 +2,7 @@
 dropout included, stay in training mode.
 
 CATCHES: evaluate
-DIAGNOSIS: eval_mode_by_flag
+DIAGNOSIS: evaluate_in_train_mode
 
 BASE: reference
 """
