@@ -21,10 +21,21 @@ GROUPS = {
 }
 
 CAUSES = {
+    'bias_ignored': '`bias=False` must create the projections without a bias: nn.Linear(d_model, d_model, bias=bias).',
+    'value_from_key': 'the values are projected from the `key` input; values come from `value`: v = w_v(value).',
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)
 TESTS_OF_GROUP = {
+    'shapes': ['test_shapes', 'test_inputs_are_not_modified'],
+    'split_merge': ['test_split_heads_layout', 'test_merge_heads_inverts_split'],
+    'parity': ['test_bias_false_has_no_bias', 'test_matches_pytorch_with_padding_mask', 'test_matches_pytorch_with_a_causal_mask', 'test_cross_attention_weights_and_gradients_match_pytorch'],
+    'head_weights': ['test_shapes', 'test_cross_attention_weights_and_gradients_match_pytorch'],
+    'dropout': ['test_dropout_only_in_training', 'test_dropout_rate'],
+    'gradients': ['test_cross_attention_weights_and_gradients_match_pytorch'],
+    'vectorization': ['test_no_loops_and_no_forbidden_functions'],
+    'from_scratch': ['test_no_loops_and_no_forbidden_functions'],
+    'init_errors': ['test_rejects_indivisible_width_naming_both_numbers', 'test_accepts_divisible_widths', 'test_bias_false_has_no_bias'],
 }
 
 FORBIDDEN = [

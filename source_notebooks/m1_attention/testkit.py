@@ -23,10 +23,26 @@ GROUPS = {
 }
 
 CAUSES = {
+    'dropout_no_rescale': 'the weights that survive dropout must be divided by (1 - dropout_p), so the expected output is unchanged (F.dropout does this).',
+    'dropout_rescale_by_p': 'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping them, not by dropout_p.',
+    'mask_unsqueezed': 'a 3-D mask gets an extra dimension inside attention; masks only have to broadcast to the scores, so leave the mask as it is given (a per-head mask [H, Lq, Lk] then no longer lines up).',
+    'softmax_global_max': "one max of the whole tensor is subtracted; subtract each slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global max underflow to 0.",
+    'softmax_overflow': "exp of a large score overflows to inf (exp(710) in float64, exp(89) in float32), and inf / inf is NaN: subtract each slice's max before exp (softmax(x) == softmax(x - max)).",
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)
 TESTS_OF_GROUP = {
+    'softmax': ['test_softmax_matches_torch', 'test_softmax_of_rows_with_minus_inf'],
+    'mask_helpers': ['test_padding_mask', 'test_causal_mask', 'test_causal_mask_on_the_device_asked'],
+    'shapes': ['test_attention_shapes'],
+    'masking': ['test_masks_match_pytorch', 'test_fully_masked_rows_give_zeros'],
+    'parity': ['test_attention_matches_pytorch', 'test_float32_inputs_stay_float32'],
+    'stability': ['test_softmax_is_stable_for_large_logits', 'test_softmax_of_rows_far_apart', 'test_stable_for_large_scores'],
+    'gradients': ['test_gradients_match_pytorch'],
+    'vectorization': ['test_softmax_has_no_loop_and_no_forbidden_functions', 'test_attention_has_no_loop_and_no_forbidden_functions'],
+    'from_scratch': ['test_softmax_has_no_loop_and_no_forbidden_functions', 'test_attention_has_no_loop_and_no_forbidden_functions'],
+    'dtype_inplace': ['test_softmax_keeps_dtype_and_input', 'test_float32_inputs_stay_float32', 'test_inputs_are_not_modified'],
+    'dropout': ['test_dropout_drops_and_rescales', 'test_no_dropout_when_p_is_zero'],
 }
 
 FORBIDDEN = [
