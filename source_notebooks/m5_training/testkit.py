@@ -20,10 +20,22 @@ GROUPS = {
 }
 
 CAUSES = {
+    'no_zero_grad': 'the gradients are never zeroed, so they pile up across steps: call optimizer.zero_grad() at the start of train_step.',
+    'noam_step_zero': 'step 0 must count as step 1: step = max(step, 1).',
+    'scheduler_before_optimizer': "scheduler.step() runs before optimizer.step(), so every step uses the next step's learning rate: step the optimizer first.",
+    'zero_grad_after_backward': 'the gradients are zeroed after backward(), so the optimizer steps on zeros: zero them before the forward pass.',
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)
 TESTS_OF_GROUP = {
+    'tokenizer': ['test_tokenizer_vocabulary', 'test_tokenizer_decode'],
+    'batches': ['test_make_batch_docstring_example', 'test_make_batch_other_special_ids_and_inputs_untouched'],
+    'loss': ['test_loss_value_and_gradient_match_cross_entropy', 'test_loss_any_leading_shape_and_float32', 'test_loss_is_stable_and_nan_when_all_pad'],
+    'schedule': ['test_noam_lr', 'test_make_optimizer'],
+    'train_step': ['test_train_step_steps_on_the_right_gradients', 'test_train_step_defaults'],
+    'evaluate': ['test_evaluate_weighs_tokens_and_restores_mode'],
+    'learning': ['test_tiny_model_overfits_one_batch'],
+    'from_scratch': ['test_loss_from_scratch_and_no_loop'],
 }
 
 FORBIDDEN = [

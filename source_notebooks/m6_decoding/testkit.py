@@ -18,13 +18,24 @@ GROUPS = {
 }
 
 CAUSES = {
+    'beam_items_mixed': "each item alone gives the right result but not in a batch: the items' rows get mixed up, e.g. memory or src_mask repeated with .repeat (whole batch after whole batch) where .repeat_interleave(beam_size, dim=0) (each item beam_size times in a row) matches the [B * beam_size] order of the hypotheses.",
+    'no_pad_after_eos': "after a sequence's <eos> the loop keeps appending the model's choices; every later position must be pad_id (keep a `finished` flag per row and write pad_id where it is set).",
+    'normalised_every_step': 'the hypotheses are ranked by the normalised score at every step; keep the beam_size best by summed log-probability, and normalise only to choose the final result.',
+    'stops_when_best_finished': 'the search stops as soon as the best hypothesis has finished; it goes on until every hypothesis has (or max_len steps).',
+    'temperature_after_filter': 'the temperature is applied after top-k/top-p filtering, so top-p measures the untempered distribution; divide the logits by the temperature first, then filter.',
+    'top_p_before_top_k_renormalised': 'top-p is computed on the distribution before top-k; compute it on the softmax of what top-k kept (renormalised).',
+    'top_p_drops_crossing_token': 'top-p drops the token whose probability makes the total cross top_p; it must be kept: keep a token when the total of the tokens BEFORE it (in descending order) is < top_p.',
+    'top_p_not_scattered_back': "the top-p mask is applied in sorted order to the vocabulary: map it back to vocabulary order with the sort's indices (mask.scatter(-1, sorted_indices, keep_sorted)).",
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)
 TESTS_OF_GROUP = {
-    'greedy': ['test_greedy_matches_plain_loop_and_restores_mode'],
-    'sampling': ['test_sampling_draws_every_row_with_one_multinomial_per_step'],
-    'kv_cache': ['test_one_generator_call_per_step_and_no_extra_steps', 'test_cached_step_work_does_not_grow_and_memory_is_projected_once'],
+    'greedy': ['test_greedy_is_the_argmax_after_every_prefix', 'test_greedy_copies_with_the_copying_oracle', 'test_greedy_stops_at_max_len', 'test_one_generator_call_per_step_and_no_extra_steps'],
+    'sampling': ['test_sampling_is_reproducible_and_degenerates_to_greedy', 'test_sampling_with_the_copying_oracle', 'test_sampling_filters_on_a_known_distribution', 'test_sampling_draw_is_one_multinomial_with_the_generator', 'test_top_k_keeps_only_the_k_best_first_tokens', 'test_one_generator_call_per_step_and_no_extra_steps', 'test_sampling_draws_every_row_with_one_multinomial_per_step'],
+    'beam': ['test_beam_size_one_is_greedy', 'test_wide_beam_finds_the_exhaustive_best', 'test_beam_on_hand_written_trees', 'test_beam_with_the_copying_oracle', 'test_beam_item_alone_or_in_a_batch', 'test_one_generator_call_per_step_and_no_extra_steps'],
+    'kv_cache': ['test_cached_greedy_gives_greedy_tokens', 'test_cached_greedy_runs_to_max_len', 'test_cached_step_work_does_not_grow_and_memory_is_projected_once', 'test_one_generator_call_per_step_and_no_extra_steps'],
+    'modes': ['test_greedy_is_the_argmax_after_every_prefix', 'test_greedy_copies_with_the_copying_oracle', 'test_greedy_stops_at_max_len', 'test_cached_greedy_gives_greedy_tokens', 'test_cached_greedy_runs_to_max_len', 'test_sampling_is_reproducible_and_degenerates_to_greedy', 'test_top_k_keeps_only_the_k_best_first_tokens', 'test_beam_size_one_is_greedy', 'test_wide_beam_finds_the_exhaustive_best', 'test_beam_on_hand_written_trees', 'test_one_generator_call_per_step_and_no_extra_steps'],
+    'batched': ['test_greedy_copies_with_the_copying_oracle', 'test_no_loop_over_the_batch'],
 }
 
 FORBIDDEN = [
