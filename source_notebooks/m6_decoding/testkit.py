@@ -18,7 +18,7 @@ GROUPS = {
 }
 
 CAUSES = {
-    'beam_items_mixed': "each item alone gives the right result but not in a batch: the items' rows get mixed up, e.g. memory or src_mask repeated with .repeat (whole batch after whole batch) where .repeat_interleave(beam_size, dim=0) (each item beam_size times in a row) matches the [B * beam_size] order of the hypotheses.",
+    'beam_items_mixed': "memory and src_mask are repeated with .repeat (the whole batch after the whole batch), so hypothesis row b * beam_size + j decodes another item's source; .repeat_interleave(beam_size, dim=0) (each item beam_size times in a row) matches the [B * beam_size] order of the hypotheses.",
     'no_pad_after_eos': "after a sequence's <eos> the loop keeps appending the model's choices; every later position must be pad_id (keep a `finished` flag per row and write pad_id where it is set).",
     'normalised_every_step': 'the hypotheses are ranked by the normalised score at every step; keep the beam_size best by summed log-probability, and normalise only to choose the final result.',
     'stops_when_best_finished': 'the search stops as soon as the best hypothesis has finished; it goes on until every hypothesis has (or max_len steps).',
