@@ -327,9 +327,11 @@ def vectorization(t: Tester):
         t.works(reply["value"], torch.softmax(x, -1), "`softmax`")
         return reply["record"]["op_count"]
 
-    def attention_ops(lead, lq, lk):
+    def attention_ops(lead, lq, lk, form):
         q, k, v = attention_inputs(t, lead, lq, lk, 4, 3)
-        mask = torch.ones(*lead[:1], 1, lq, lk, dtype=torch.bool)
+        mask = {"none": None, "broadcast": torch.ones(*lead[:1], 1, lq, lk, dtype=torch.bool),
+                "per-head": t.rand_bool(*lead, lq, lk, p=0.8) | torch.eye(lq, lk, dtype=torch.bool),
+                "2-D": torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)}[form]
         reply = t.call(SDPA, q, k, v, mask, record=True)
         t.works(t.expect_pair(reply["value"], f"`{SDPA}`")[0], expected_attention(q, k, v, mask)[0], f"`{SDPA}`")
         return reply["record"]["op_count"]
@@ -343,13 +345,17 @@ def vectorization(t: Tester):
                           "base size", "softmax", "Use reductions with keepdim=True (amax, sum) instead.",
                           limit=LOOP_LIMITS["softmax"])
     b, h, lq, lk = t.grown(2, 9, 25), t.grown(2, 5, 13), t.grown(3, 7, 21), t.grown(4, 9, 25)
-    t.expect_constant_ops({"base": attention_ops((2, 2), 3, 4),
-                           f"the batch grew from 2 to {b}": attention_ops((b, 2), 3, 4),
-                           f"the number of heads grew from 2 to {h}": attention_ops((2, h), 3, 4),
-                           f"the query length grew from 3 to {lq}": attention_ops((2, 2), lq, 4),
-                           f"the key length grew from 4 to {lk}": attention_ops((2, 2), 3, lk)},
-                          "base size", SDPA, "Use batched operations (q @ k.transpose(-2, -1), weights @ v) "
-                          "that handle every leading dimension at once.", limit=LOOP_LIMITS[SDPA])
+    # Every mask form the docstring allows: a loop may hide in the code path of one of them only.
+    for form, shown in (("broadcast", "a [B, 1, Lq, Lk] mask"), ("per-head", "a per-head [B, H, Lq, Lk] mask"),
+                        ("none", "no mask"), ("2-D", "a 2-D [Lq, Lk] mask")):
+        t.expect_constant_ops({"base": attention_ops((2, 2), 3, 4, form),
+                               f"the batch grew from 2 to {b}": attention_ops((b, 2), 3, 4, form),
+                               f"the number of heads grew from 2 to {h}": attention_ops((2, h), 3, 4, form),
+                               f"the query length grew from 3 to {lq}": attention_ops((2, 2), lq, 4, form),
+                               f"the key length grew from 4 to {lk}": attention_ops((2, 2), 3, lk, form)},
+                              f"base size with {shown}", SDPA, "Use batched operations (q @ k.transpose(-2, -1), "
+                              "weights @ v) that handle every leading dimension and every mask shape at once.",
+                              limit=LOOP_LIMITS[SDPA])
 
 
 @group("m1", "from_scratch", depends=ATTENTION_GROUPS, style=True, observes=True)
