@@ -26,7 +26,7 @@ from autograder.milestones.m3.answers import expected_layer, through_norms
 from autograder.milestones.m3.mistakes import (
     CATALOGUE, NEVER_USED, ACTIVATION_CASE, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED,
     ATTENTION_DROPOUT_MISSING, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION,
-    FFN_DROPOUT_MISPLACED, FFN_DROPOUT_NOT_PASSED, FFN_NO_DROPOUT, GRAPH_CUT, INPUT_MODIFIED, LAYER_NORM_INIT,
+    FFN_DROPOUT_MISPLACED, FFN_DROPOUT_NOT_PASSED, FFN_DROPOUT_RATE_IGNORED, FFN_NO_DROPOUT, GRAPH_CUT, INPUT_MODIFIED, LAYER_NORM_INIT,
     LOOKS_AHEAD, NO_RESIDUAL_DROPOUT, NORM_FIRST_ATTRIBUTE, PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE,
     SUBMODULE_KINDS)
 
@@ -432,6 +432,12 @@ def dropout(t: Tester):
         t.fail("FeedForward(dropout=0.5, activation='gelu') in training mode drops the hidden values before the "
                "activation; dropout comes after it: linear2(dropout(activation(linear1(x)))).",
                FFN_DROPOUT_BEFORE_ACTIVATION)
+    scale = (hidden[kept] / act[kept]).median().item() if kept.any() else 0.0
+    rate = 1 - 1 / scale if scale > 1 else 0.0
+    if abs(rate - p) > 0.02 and 0 < rate < 1 and torch.allclose(hidden[kept], act[kept] * scale, atol=1e-8):
+        t.fail(f"FeedForward(dropout=0.5) in training mode drops its hidden activations at the rate {rate:.2g}, not "
+               f"0.5: the survivors are scaled by {scale:.4g} = 1 / (1 - {rate:.2g}) and about {share:.0%} are "
+               f"dropped. Use the dropout argument: nn.Dropout(dropout), not a fixed rate.", FFN_DROPOUT_RATE_IGNORED)
     if not (0.25 < share < 0.75 and torch.allclose(hidden[kept], act[kept] / (1 - p), atol=1e-8)):
         t.fail("FeedForward(dropout=0.5) in training mode: dropout must act on the hidden activations (after the "
                "activation, before linear2), keeping the survivors scaled by 1 / (1 - p).", FFN_DROPOUT_MISPLACED)
