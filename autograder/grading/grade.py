@@ -190,12 +190,14 @@ class Grading:
         return self.results[name]
 
     def verdict(self, name: str) -> CheckResult:
-        """`run(name)`, with the rule on the grader's observers applied: a group they decide is judged only
+        """`run(name)`, with the rules that need other groups applied: a failure with a reproduced cause is charged
+        where it costs most (every group runs first), and a group the grader's observers decide is judged only
         after every group ran (evidence found anywhere counts)."""
-        for other in self.m.checks:         # a mistake is charged where it costs most: every group decides
-            self.run(other)
-        _charge_once([self.results[n] for n in self.m.checks])
-        spec = self.groups.get(name)
+        result, spec = self.run(name), self.groups.get(name)
+        if (not result.passed and result.reproduced) or (spec is not None and spec.observes):
+            for other in self.m.checks:     # where a reproduced mistake is charged, every group decides
+                self.run(other)
+        _charge_once([self.results[n] for n in self.m.checks if n in self.results])
         if spec is None or not spec.observes:
             return self.results[name]
         tamper, unobserved = self.pool.evidence()

@@ -93,6 +93,16 @@ def _ln_variance_by_moments(x, w, b, eps=1e-5):
     return (x - mean) / torch.sqrt(var + eps) * w + b
 
 
+@CATALOGUE.entry("layer_norm", "normalised_in_float32", "the normalisation runs in float32 (x.float(), cast back "
+                 "after): float64 inputs keep only about 7 correct digits. Keep the input's dtype throughout (the "
+                 "mixed-precision idiom is for float16 models, not for a LayerNorm that must match float64).")
+def _ln_in_float32(x, w, b, eps=1e-5):
+    if x.dtype != torch.float64:
+        return None
+    return layer_norm_fn(x.float(), torch.ones_like(w, dtype=torch.float32), torch.zeros_like(b, dtype=torch.float32),
+                         eps).to(x.dtype) * w + b
+
+
 FF_MISTAKES = {
     "ffn_no_activation": ("the activation is missing: linear2(dropout(activation(linear1(x)))).", {"no_act": True}),
     "ffn_activation_after_linear2": ("the activation is applied after linear2; it goes between the two linear "
