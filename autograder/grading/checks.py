@@ -221,13 +221,14 @@ class Tester:
         """A style group whose code crashed cannot judge its rule: see `_judgeable`; when it may go on, its
         points are kept (the code already loses points in a group of values)."""
         if self.spec.style:
-            owner = self._judgeable(what, f"What happened here: {why}")
+            owner = self._judgeable(what, f"What happened here: {why}", why)
             raise ChargedAbove(f"Not judged: {why}. Your code already loses points in `{owner}`, so this check "
                                f"keeps its points; it judges its rule once your code runs here.", owner)
 
-    def _judgeable(self, what: str, happened: str) -> str:
+    def _judgeable(self, what: str, happened: str, failure: str = "") -> str:
         """For a style group meeting a crash or wrong values of `what`: the failed group of values that already
-        charges the code, when the rule may be judged regardless; else NotJudged (0 points here)."""
+        charges the code (the one that met the same `failure`, if any), when the rule may be judged regardless;
+        else NotJudged (0 points here)."""
         if not self.values.passed:
             raise NotJudged(f"Not judged: no check of values passed, so there is nothing to judge this rule on "
                             f"(a file that computes nothing scores 0). {happened}")
@@ -238,7 +239,7 @@ class Tester:
         if not self.values.failed:
             raise NotJudged(f"Not judged: this check judges code that runs and gives the right values, and no "
                             f"check of values found this failure, so it costs points here. {happened}")
-        return self.values.charged_in(happened.split(": ", 1)[-1]) or self.values.failed[0][0]
+        return self.values.charged_in(failure) or self.values.failed[0][0]
 
     def call(self, func: str, *args, record=False, grad_args=None, backward=None, return_args=False,
              seed=0, catalogue=None, **kwargs) -> dict:
