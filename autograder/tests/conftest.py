@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autograder import config
-from derived import subject_text
+from derived import subject_files, subject_text
 
 HERE = Path(__file__).resolve().parent
 # Read at import: parametrize lists are built at collection, before any fixture exists.
@@ -36,7 +36,7 @@ def subjects(milestone: str, course: config.Course = COURSE) -> dict[str, Path]:
         "stub": course.root / "assignments" / m.folder / m.files[0],
     }
     for kind in ("mutants", "correct"):
-        for p in sorted((HERE / kind / milestone).glob("*.py")):
+        for p in subject_files(HERE / kind / milestone):
             found[f"{kind}/{p.stem}"] = p
     for p in sorted((course.root / "autograder" / "samples" / milestone).glob(f"*/{m.files[0]}")):
         found[f"samples/{p.parent.name}"] = p

@@ -24,7 +24,7 @@ sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS.parents[1]))
 
 from autograder.config import load as load_course  # noqa: E402
-from derived import subject_text  # noqa: E402
+from derived import subject_files, subject_text  # noqa: E402
 
 COURSE = load_course()
 
@@ -54,10 +54,10 @@ def subjects(milestone: str, directory: Path | None = None) -> list[tuple[str, s
     """(kind, name, path): kind 'mutant' or 'correct'."""
     if directory is not None:
         kind = "correct" if "correct" in directory.parts else "mutant"
-        return [(kind, p.stem, p) for p in sorted(directory.glob("*.py"))]
+        return [(kind, p.stem, p) for p in subject_files(directory)]
     out = []
     for kind, sub in (("mutant", "mutants"), ("correct", "correct")):
-        for p in sorted((TESTS / sub / milestone).glob("*.py")):
+        for p in subject_files(TESTS / sub / milestone):
             out.append((kind, p.stem, p))
     return out
 

@@ -23,14 +23,14 @@ from autograder.integrations.batch.progress import Progress
 from autograder.integrations.batch.run import grade_class
 from autograder.sandbox.bwrap import works as bwrap_works
 from autograder.sandbox.slot import _wipe
-from derived import subject_text
+from derived import find, subject_text
 
 COURSE = config.load()
 M1 = COURSE.milestone("m1")
 REF = COURSE.root / "solutions" / "m1_attention" / "attention.py"
 STUB = COURSE.root / "assignments" / "m1_attention" / "attention.py"
 # A mutant is written as the reference plus what differs (derived.py): its whole text is what is graded.
-MUTANT = subject_text(COURSE.root / "autograder" / "tests" / "mutants" / "m1" / "no_sqrt_scale.py", COURSE, "m1")
+MUTANT = subject_text(find(COURSE.root / "autograder" / "tests" / "mutants" / "m1", "no_sqrt_scale"), COURSE, "m1")
 
 
 @pytest.fixture

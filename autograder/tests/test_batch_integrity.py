@@ -39,13 +39,13 @@ from autograder.grading import report
 from autograder.grading.checks import CheckResult
 from autograder.grading.grade import Result
 from autograder.grading.submission import GradedFile, SubmissionError, prepared, reference_files
-from derived import subject_text
+from derived import find, subject_text
 
 COURSE = config.load()
 M1 = COURSE.milestone("m1")
 REF = COURSE.root / "solutions" / "m1_attention" / "attention.py"
 STUB = COURSE.root / "assignments" / "m1_attention" / "attention.py"
-MUTANT = subject_text(COURSE.root / "autograder" / "tests" / "mutants" / "m1" / "no_sqrt_scale.py", COURSE, "m1")
+MUTANT = subject_text(find(COURSE.root / "autograder" / "tests" / "mutants" / "m1", "no_sqrt_scale"), COURSE, "m1")
 
 # Text that broke the writers: a lone surrogate, NUL, a terminal escape, a right-to-left override,
 # a line separator (str.splitlines splits there), a carriage return.

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import COURSE, subjects
-from derived import base_of, base_text, chunks, code
+from derived import base_of, base_text, chunks, code, subject_text
 
 # Every milestone whose hidden checks exist (course.yaml lists them; engine/checks_<id>.py holds them).
 MILESTONES = [m.id for m in COURSE.milestones if (COURSE.root / "autograder" / "milestones" / m.id / "checks.py").is_file()]
@@ -319,10 +319,15 @@ def _derived_cases():
 
 @pytest.mark.parametrize("milestone, name", _derived_cases())
 def test_a_derived_subject_replaces_code_of_its_base(milestone, name):
-    """A file with a BASE line must replace at least one statement of its base with different code (not
-    just a docstring): had the base renamed that function, the file would be its base plus dead code."""
+    """A file with a BASE line must change code of its base (not just docstrings). A .py one must replace at
+    least one statement: had the base renamed that function, the file would be its base plus dead code (a
+    .diff whose base changed there no longer applies, and says so)."""
     path = subjects(milestone)[name]
-    base = dict(chunks(base_text(path, COURSE, milestone))[0])
+    base_code = base_text(path, COURSE, milestone)
+    if path.suffix == ".diff":
+        assert code(subject_text(path, COURSE, milestone)) != code(base_code), f"{name} changes no code of its base"
+        return
+    base = dict(chunks(base_code)[0])
     replaced = [k for k, t in chunks(path.read_text())[0]
                 if k != "__doc__" and k in base and code(base[k].strip() + "\n") != code(t.strip() + "\n")]
     assert replaced, f"{name} replaces nothing of {base_of(path)}: does it still name the right functions?"

@@ -64,7 +64,7 @@ def test_verdicts_and_messages_equal_course_grade(tmp_path, m):
 
 
 def test_k_grades_only_that_group_and_what_it_depends_on(tmp_path):
-    folder = _folder(tmp_path, "m2", COURSE.root / "autograder/tests/mutants/m2/split_interleaved.py")
+    folder = _folder(tmp_path, "m2", subjects("m2")["mutants/split_interleaved"])
     got, r = hidden(tmp_path, folder, "m2", "-k", "parity")
     assert list(got) == ["parity"], r.stdout[-2000:]
     passed, _, props = got["parity"]
@@ -73,6 +73,6 @@ def test_k_grades_only_that_group_and_what_it_depends_on(tmp_path):
 
 
 def test_x_stops_grading_at_the_first_failing_group(tmp_path):
-    folder = _folder(tmp_path, "m1", COURSE.root / "autograder/tests/mutants/m1/softmax_ignores_dim.py")
+    folder = _folder(tmp_path, "m1", subjects("m1")["mutants/softmax_ignores_dim"])
     got, _ = hidden(tmp_path, folder, "m1", "-x")
     assert list(got) == ["softmax"] and not got["softmax"][0]

@@ -29,7 +29,7 @@ from autograder import config
 from autograder.authoring import markers
 from autograder.integrations.batch.run import grade_class
 from autograder.grading.grade import check_groups
-from derived import subject_text
+from derived import subject_files, subject_text
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "integrity"
@@ -45,7 +45,7 @@ def expectation(path: Path) -> dict:
 
 
 def attacks() -> list[tuple[str, Path]]:
-    return [(p.parent.name, p) for p in sorted(CORPUS.glob("m*/*.py"))]
+    return [(d.name, p) for d in sorted(CORPUS.glob("m*")) for p in subject_files(d)]
 
 
 def repo_state() -> dict:

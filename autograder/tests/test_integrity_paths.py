@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autograder import config
-from derived import subject_text
+from derived import find, subject_text
 
 HERE = Path(__file__).resolve().parent
 COURSE = config.load()
@@ -24,7 +24,7 @@ def attack_folder(tmp_path: Path, name: str) -> Path:
     """tests/integrity/m1/<name>.py as a submission folder."""
     folder = tmp_path / name
     folder.mkdir()
-    (folder / "attention.py").write_text(subject_text(HERE / "integrity" / "m1" / f"{name}.py", COURSE, "m1"))
+    (folder / "attention.py").write_text(subject_text(find(HERE / "integrity" / "m1", name), COURSE, "m1"))
     return folder
 
 

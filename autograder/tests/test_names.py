@@ -20,6 +20,7 @@ import pytest
 
 from autograder.grading import checks
 from conftest import COURSE, HERE
+from derived import subject_files
 from test_grader_subjects import MILESTONES, catches
 
 GRADER = COURSE.root / "autograder"
@@ -140,7 +141,7 @@ def known_mistakes() -> tuple[set[str], list[re.Pattern]]:
 
 
 def _subject_files(milestone: str) -> list[Path]:
-    return [p for kind in ("mutants", "correct") for p in sorted((HERE / kind / milestone).glob("*.py"))]
+    return [p for kind in ("mutants", "correct") for p in subject_files(HERE / kind / milestone)]
 
 
 @pytest.fixture(scope="module")
@@ -171,5 +172,5 @@ def test_every_catches_id_names_a_group_of_the_milestone(milestone):
     _module(milestone)
     groups = set(COURSE.milestone(milestone).checks) | set(checks.REGISTRY.get(milestone, {}))
     unknown = {f"mutants/{p.name}": sorted(set(catches(p)) - groups)
-               for p in sorted((HERE / "mutants" / milestone).glob("*.py")) if set(catches(p)) - groups}
+               for p in subject_files(HERE / "mutants" / milestone) if set(catches(p)) - groups}
     assert not unknown, f"CATCHES names groups that do not exist: {unknown}"
