@@ -118,8 +118,8 @@ def autograded_source(m: Milestone, group: str, visible: str) -> str:
     points = m.checks[group]
     head = (f"# Autograded: check group `{group}` ({points} point{'s' if points != 1 else ''}). Run now, this cell "
             f"runs the public tests of this group\n# on your {', '.join(m.files)}. When your work is graded, the "
-            f"course's hidden checks for this group run instead\n# (outside this notebook): they decide the points, "
-            f"and this cell then shows their result.")
+            f"course's hidden checks for this group decide the points\n# (they run outside this notebook; where "
+            f"notebooks are graded with nbgrader, this cell shows their verdict in the copy returned to you).")
     run = f"import testkit\ntestkit.check({group!r})"
     return "\n".join(part for part in (head, visible, run) if part)
 

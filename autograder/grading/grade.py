@@ -338,8 +338,10 @@ def _run_group(name, points, spec, groups, failed, session, m, seed, values: Val
         owners = ", ".join(f"`{d}`" for d in spec.depends if d in failed and d in groups
                            and set((*groups[d].provides, *failed[d])) & set(patches))
         result.stand_ins = tuple(patches)
-        result.note = (f"Graded with a correct {callables} in place of yours (yours failed {owners}), so "
-                       f"that mistake costs points only once.")
+        them = "it" if len(patches) == 1 else "them"
+        verb = "checks" if "," not in owners else "check"
+        result.note = (f"Graded with the course's correct {callables} in place of yours, because {owners}, which "
+                       f"{verb} {them}, failed: that mistake costs points only once.")
     tester = Tester(session, spec, seed, m.modules[0], patches, tuple(d for d in spec.depends if d in failed), values)
     try:
         spec.fn(tester)

@@ -59,7 +59,7 @@ def test_verdicts_and_messages_equal_course_grade(tmp_path, m):
     for name, (passed, message, props) in got.items():
         assert passed == (want[name]["score"] == want[name]["max_score"]), name
         if not passed:
-            # results.json appends the stand-in note ("Graded with a correct ...") to a group's message
+            # results.json appends the stand-in note ("Graded with the course's correct ...") to a group's message
             assert message.strip() == want[name]["output"].split("\nGraded with")[0].strip(), name
 
 

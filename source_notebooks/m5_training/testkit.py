@@ -45,7 +45,8 @@ FORBIDDEN = [
 
 def group(name):
     """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
-    return f"hidden check group `{name}` ({GROUPS[name][0]} points: {GROUPS[name][1]})"
+    points = GROUPS[name][0]
+    return f"hidden check group `{name}` ({points} point{'s' if points != 1 else ''}: {GROUPS[name][1]})"
 
 
 def cause(mistake_id):
@@ -63,6 +64,10 @@ def check(group_name):
         def __init__(self):
             self.passed, self.failed = 0, []
 
+        def pytest_collectreport(self, report):
+            if report.failed:
+                self.failed.append(report)
+
         def pytest_runtest_logreport(self, report):
             if report.failed:
                 self.failed.append(report)
@@ -70,22 +75,34 @@ def check(group_name):
                 self.passed += 1
 
     names = TESTS_OF_GROUP.get(group_name, [])
-    print(f"Public tests for `{group_name}` ({GROUPS[group_name][0]} points): ", end='')
+    points = GROUPS[group_name][0]
+    print(f"Public tests for `{group_name}` ({points} point{'s' if points != 1 else ''}): ", end='')
     if not names:
         print('no public test names this group yet; run `pytest -q` in this folder for all of them.')
     else:
         folder = os.path.dirname(os.path.abspath(__file__))
         collect = _Collect()
-        pytest.main(['-q', '-x', '-p', 'no:cacheprovider', '--no-header', '-o', 'console_output_style=classic',
-                     '-k', ' or '.join(names), folder], plugins=[collect])
+        # pytest's own report off (no dots, no colour codes): this cell prints one plain line.
+        code = pytest.main(['-x', '-p', 'no:cacheprovider', '-p', 'no:terminal', '-k', ' or '.join(names),
+                            folder], plugins=[collect])
         if collect.failed:
-            text = str(collect.failed[0].longrepr)
-            first = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith('E ')), text.splitlines()[-1])
-            print(f'FAILED {collect.failed[0].nodeid}:', first)
+            print(f'FAILED {collect.failed[0].nodeid.split("::")[-1] or "(collecting the tests)"}:',
+                  _message(collect.failed[0]))
+        elif code != 0 or not collect.passed:
+            print(f'the tests did not run (pytest exit code {int(code)}); run `pytest -q` in this folder to see why.')
         else:
             print(f'{collect.passed} passed.')
     print('The hidden checks decide the points for this group when your work is graded: they test more than the',
           'public tests do, so a pass here is a good sign, not a promise.')
+
+
+def _message(report):
+    """A failed test's own message (the assertion's text, or the exception), without pytest's markup."""
+    crash = getattr(report.longrepr, 'reprcrash', None)
+    text = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1]
+    text = text.split('\nassert ')[0]
+    text = text[len('E '):].strip() if text.startswith('E ') else text
+    return text[len('AssertionError: '):] if text.startswith('AssertionError: ') else text
 
 
 class TorchCalls(TorchFunctionMode):
