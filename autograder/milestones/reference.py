@@ -21,13 +21,15 @@ from torch import nn
 from autograder.grading.checks import Tester
 
 
-def attention_weights(q, k, mask=None, scale=None, softmax_dim=-1, invert=False, fill=float("-inf"), transpose=True):
+def attention_weights(q, k, mask=None, scale=None, softmax_dim=-1, invert=False, fill=float("-inf"), transpose=True,
+                      softmax_dtype=None):
     d_k = q.size(-1)
     kt = k.transpose(-2, -1) if transpose else k
     scores = q @ kt / (math.sqrt(d_k) if scale is None else scale)
     if mask is not None:
         scores = scores.masked_fill(mask if invert else ~mask, fill)
-    return torch.nan_to_num(torch.softmax(scores, dim=softmax_dim), nan=0.0)
+    weights = torch.softmax(scores.to(softmax_dtype or scores.dtype), dim=softmax_dim).to(scores.dtype)
+    return torch.nan_to_num(weights, nan=0.0)
 
 
 def project(params, name, x):

@@ -23,6 +23,14 @@ def _pair(w, v):
     return w @ v, w
 
 
+# Named only where it reproduces the answer: float64 inputs whose weights went through a float32 softmax (its
+# gradients too, so that the gradients check charges the same mistake, once, with the values checks).
+@CATALOGUE.entry("attention", "lower_precision", "the attention weights are computed in float32 and converted "
+                 "back (e.g. softmax(scores.float()).type_as(scores)): keep float64 inputs in float64 throughout.")
+def _weights_in_float32(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, softmax_dtype=torch.float32), v) if q.dtype == torch.float64 else None
+
+
 @CATALOGUE.entry("attention", "no_sqrt", "the scores are not divided by sqrt(d_k): divide q @ k^T by "
                  "math.sqrt(d_k).")
 def _no_sqrt(q, k, v, mask=None, **_):

@@ -67,7 +67,7 @@ FINAL_NORM_MISSING = CATALOGUE.entry("stack", "final_norm_missing", "pre-LN need
 
 @CATALOGUE.entry("stack", "norm_first_not_passed", "the layers are built without `norm_first`, so they are always "
                  "post-LN (with pre-LN's final norm after them): build each layer with it, e.g. "
-                 "EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first).")
+                 "EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first), DecoderLayer likewise.")
 def _stack_layers_post_ln(p, side, n, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
     if not norm_first:
         return None

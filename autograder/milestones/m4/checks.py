@@ -30,7 +30,7 @@ from autograder.milestones.m4.mistakes import (
     LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED, NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED,
     PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED,
     PE_MODIFIED, PE_MODULE_DTYPE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR, SHARED_SUBMODULE,
-    TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY)
+    TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL)
 
 PARTS = ("positional_table", "positional_module", "embedding", "stacks")
 
@@ -495,7 +495,7 @@ def size_tying(t: Tester):
             t.fail(f"In {label}, src_embed.embedding.weight, tgt_embed.embedding.weight and generator.weight should be "
                    f"one and the same Parameter (assign it: self.generator.weight = self.tgt_embed.embedding.weight); "
                    f"they are {'tied only in part: ' + shared if tied else 'separate objects (copied values?)'}.",
-                   TYING_BY_COPY)
+                   TYING_PARTIAL if tied else TYING_BY_COPY)
         if not kwargs.get("tie_embeddings") and tied:
             t.fail(f"{label} without tie_embeddings shares {shared}: the three tables are separate unless tying is asked.",
                    TIED_BY_DEFAULT)
