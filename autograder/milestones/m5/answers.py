@@ -25,7 +25,8 @@ MAX_LEN = 16
 # ---- the judge's answers ------------------------------------------------------------------------
 
 def expected_batch(src_ids, tgt_ids, pad_id=PAD, bos_id=BOS, eos_id=EOS, *, shift=True, bos_out=False,
-                   left=False, tgt_padding_in_mask=True, block_pad_rows=False, fill=None, mask_key=None):
+                   left=False, tgt_padding_in_mask=True, block_pad_rows=False, fill=None, mask_key=None,
+                   shift_after_padding=False):
     """make_batch's contract (or one deviation from it), as plain tensors. `fill`: the id the sequences are
     padded with, `mask_key`: the id the masks block (both pad_id unless a deviation says otherwise)."""
     fill = pad_id if fill is None else fill
@@ -38,6 +39,9 @@ def expected_batch(src_ids, tgt_ids, pad_id=PAD, bos_id=BOS, eos_id=EOS, *, shif
     src = pad(src_ids)
     tgt_in = pad([[bos_id] + list(t) for t in tgt_ids])
     tgt_out = pad([([bos_id] if bos_out else []) + list(t) + [eos_id] for t in tgt_ids])
+    if shift_after_padding:          # <bos> + target + <eos> padded as one sequence, then cut in two
+        full = pad([[bos_id] + list(t) + [eos_id] for t in tgt_ids])
+        tgt_in, tgt_out = full[:, :-1], full[:, 1:]
     if not shift:
         tgt_out = tgt_in.clone()
     Lt = tgt_in.size(1)
@@ -194,6 +198,10 @@ CATALOGUE.deviations("batch", expected_batch, (
          "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True}),
         ("batch_padded_with_zero", "the sequences are padded with 0, not with the pad_id argument (the tokenizer's "
          "<pad> is 0, but make_batch must use the id it is given).", {"fill": 0}),
+        ("shift_after_padding", "<bos> + target + <eos> is padded first and then cut into tgt_in = full[:, :-1] "
+         "and tgt_out = full[:, 1:], so a target shorter than the longest keeps its <eos> in tgt_in: build "
+         "tgt_in = <bos> + target and tgt_out = target + <eos> for each sequence, then pad each.",
+         {"shift_after_padding": True}),
         ("batch_masks_key_on_zero", "the masks block the tokens equal to 0 (`!= 0`, `.bool()` or padding_mask(..., 0)), "
          "not those equal to pad_id: compare with the pad_id argument.", {"mask_key": 0})))
 
