@@ -192,7 +192,9 @@ def judge_beam(step, B, max_len, K, alpha, *, pad=PAD, dup_start=False, extend_f
         for item in beams:
             cands = []
             for toks, s, fin, n in item:
-                if fin and not extend_finished:
+                if fin and extend_finished == "scored_pads":      # every token's log p added, pad written
+                    cands += [(toks + [pad], s + lp, True, n) for lp in logp[j]]
+                elif fin and not extend_finished:
                     cands.append((toks + [pad], s + (logp[j][pad] if pad_cost else 0.0), True, n))
                 else:
                     cands += [(toks + [v], s + lp, fin or v == EOS, n + (0 if fin else 1)) for v, lp in enumerate(logp[j])]
@@ -485,6 +487,9 @@ BEAM_DEVIATIONS = CATALOGUE.deviations("beam", judge_beam, (
          "hypothesis may only be extended by pad_id, at no cost (its score stays).", {"extend_finished": True}),
         ("finished_beams_pay_for_pad", "a finished hypothesis pays log p(<pad>) for its pad; it is extended by "
          "pad_id at no cost (score unchanged).", {"pad_cost": True}),
+        ("finished_beams_extended", "finished hypotheses are still expanded over every token after <eos>: pad_id is "
+         "written, but each copy adds that token's log-probability to the score; after <eos> a hypothesis may only be extended by pad_id, "
+         "at no cost (its score stays).", {"extend_finished": "scored_pads"}),
         ("length_penalty_forgotten", "the final choice uses the raw summed log-probability; it uses the normalised "
          "score sum_logprob / ((5 + n) / 6) ** length_penalty (use length_penalty_score), which is also what "
          "`scores` returns.", {"no_norm": True}),
