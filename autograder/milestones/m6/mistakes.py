@@ -7,6 +7,10 @@ from autograder.grading.diagnosis import Catalogue
 CATALOGUE = Catalogue("m6")
 
 CACHE_NOT_USED = CATALOGUE.mistake("cache_not_used")
+MEMORY_PROJECTED_EVERY_STEP = CATALOGUE.mistake(
+    "memory_projected_every_step",
+    "the cross-attention keys and values of memory are projected again at every step: compute them once, "
+    "before the first step, and keep them in the cache.")
 GRAD_ENABLED = CATALOGUE.mistake("grad_enabled")
 MODE_NOT_RESTORED = CATALOGUE.mistake("mode_not_restored")
 NEXT_TOKEN_LOGITS_WRONG = CATALOGUE.mistake(
