@@ -87,10 +87,13 @@ def assemble(course: config.Course, source: Path | None, folder: Path) -> dict[s
                     raise TrainError(f"{source} has no {f}: `course train --from` needs your files of every "
                                      f"milestone ({', '.join(name for each in course.milestones for name in each.files)}).")
                 try:
-                    (folder / f).write_bytes(read_submitted(source / f))
+                    data = read_submitted(source / f)
                 except SubmissionError as e:
                     raise TrainError(f"{source}: {e}") from None
-                origin[f] = "yours"
+                (folder / f).write_bytes(data)
+                # A later milestone's folder carries the course's copies of the earlier files: say so.
+                reference = markers.make_reference((course.root / "solutions" / m.folder / f).read_text(), f)
+                origin[f] = "the course's reference copy" if data == reference.encode() else "yours"
             else:
                 text = (course.root / "solutions" / m.folder / f).read_text()
                 (folder / f).write_text(markers.make_reference(text, f))
