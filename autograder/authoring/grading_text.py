@@ -15,7 +15,9 @@ def grading_markdown(course: Course, m: Milestone, notebook_name: str | None) ->
         "## How you are graded",
         "",
         f"Hidden checks run on your {', '.join(f'`{f}`' for f in m.files)}: {m.max_score} points in these groups "
-        f"(all or nothing per group). The public tests in this folder are a quick subset of them.",
+        f"(all or nothing per group). The public tests in this folder are a quick subset of them: a failing "
+        f"test names the group that checks the same thing. One mistake can fail tests of several groups; the "
+        f"grader charges it once, where it is (see the rules below), so it may cost fewer groups than fail there.",
         "",
         "| check | points | what it checks |",
         "|---|---|---|",
