@@ -77,9 +77,6 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=int, help="most training steps (training stops earlier once validation exact "
                                               "match reaches 99.8%%)")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="with --from where bubblewrap cannot run and this is not root: run the files anyway, "
-                        "with all of your rights (refused otherwise)")
     tr = sub.add_parser("translate", help="decode one input with a checkpoint written by `course train`",
                         description="Decode TEXT with CHECKPOINT (model.pt of `course train`): greedy, or beam "
                                     "search with --beam (decoding.py needed).")
@@ -88,9 +85,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="the input; without it, every line of standard input is translated, one output line each")
     tr.add_argument("--from", dest="source", metavar="DIR", help="the folder the model was trained --from")
     tr.add_argument("--beam", type=int, metavar="K", help="beam search with K hypotheses instead of greedy")
-    tr.add_argument("--unsafe-no-sandbox", action="store_true",
-                    help="with --from where bubblewrap cannot run and this is not root: run the files anyway, "
-                         "with all of your rights (refused otherwise)")
+    for runs_student_files in (t, tr):      # both run --from files in the confined child: one escape hatch
+        runs_student_files.add_argument("--unsafe-no-sandbox", action="store_true",
+                                        help="with --from where bubblewrap cannot run and this is not root: run the "
+                                             "files anyway, with all of your rights (refused otherwise)")
     from autograder.integrations.batch.cli import add_parsers as _batch_parsers
     _batch_parsers(sub)
     _ops_parsers(sub)
@@ -98,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # ---- running a term: term, gradebook, regrade-diff, similarity (docs/running-a-term.md) ----------
+
+def _out_folder(parser, what: str) -> None:
+    """--out DIR, the folder a command writes, and --force, which lets it replace an earlier `what` there."""
+    parser.add_argument("--out", required=True, metavar="DIR")
+    parser.add_argument("--force", action="store_true", help=f"replace an earlier {what} in DIR")
+
 
 def _ops_parsers(sub) -> None:
     sub.add_parser("term", help="the term's schedule from course.yaml: release, due, end of the late window",
@@ -109,10 +113,9 @@ def _ops_parsers(sub) -> None:
                                     "written, late penalty, total, flags); Canvas and Moodle import CSVs; class.html.")
     gb.add_argument("results", nargs="+", metavar="RESULTS",
                     help="grade-class --out folders and/or export-scores CSV files, any milestones")
-    gb.add_argument("--out", required=True, metavar="DIR")
     gb.add_argument("--roster", metavar="CSV", help="student, and any of name, canvas_id, sis_user_id, "
                                                    "sis_login_id, section, username, email")
-    gb.add_argument("--force", action="store_true", help="replace an earlier gradebook in DIR")
+    _out_folder(gb, "gradebook")
     rd = sub.add_parser("regrade-diff", help="what changed for each student between two grade-class runs",
                         description="Compare two grade-class --out folders (grade-class --force keeps the earlier "
                                     "run in DIR/previous/): per student, the score, flags and every check group "
@@ -126,9 +129,8 @@ def _ops_parsers(sub) -> None:
                                     "shared code side by side in similarity.html. Evidence for a person, never a grade.")
     sm.add_argument("submissions", metavar="SUBMISSIONS")
     sm.add_argument("-m", "--milestone", required=True)
-    sm.add_argument("--out", required=True, metavar="DIR")
     sm.add_argument("--threshold", type=float, default=0.5, help="least share of one's code found in the other (0.5)")
-    sm.add_argument("--force", action="store_true", help="replace an earlier report in DIR")
+    _out_folder(sm, "report")
 
 
 def _ops(course: config.Course, args) -> int:

@@ -39,13 +39,13 @@ class Forbidden:
 
 @dataclass(frozen=True)
 class Milestone:
-    id: str
-    folder: str
+    id: str                                 # "m1"
+    folder: str                             # its folder under solutions/ and assignments/
     title: str
-    files: tuple[str, ...]
-    depends_on: tuple[str, ...]
-    probe_timeout: float
-    total_timeout: float
+    files: tuple[str, ...]                  # the student files it grades
+    depends_on: tuple[str, ...]             # earlier milestones whose reference files it is graded with
+    probe_timeout: float                    # time_limits.probe: seconds for one call into student code
+    total_timeout: float                    # time_limits.total: seconds for the whole milestone
     forbidden: tuple[Forbidden, ...]
     checks: dict[str, int]                  # group name -> points, in report order
     written: tuple[Written, ...] = ()       # hand-graded questions of the notebook
@@ -102,10 +102,10 @@ class LatePolicy:
 @dataclass(frozen=True)
 class Course:
     title: str
-    seed: int
-    startup_timeout: float
-    milestones: tuple[Milestone, ...]
-    root: Path
+    seed: int                               # grading.seed: the default seed of the hidden inputs
+    startup_timeout: float                  # grading.startup_timeout: seconds a worker may take to start
+    milestones: tuple[Milestone, ...]       # in course.yaml's order
+    root: Path                              # the folder holding course.yaml
     timezone: str = "UTC"                   # `term.timezone`: how dates without an offset are read
     late: LatePolicy = field(default_factory=LatePolicy)
 

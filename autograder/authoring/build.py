@@ -87,12 +87,11 @@ def readme(course: Course, m: Milestone) -> Plan:
         "",
         *[f"- Fill in every `TODO` in `{f}` (each function's docstring gives the shapes)." for f in m.files],
     ]
-    if has_notebook:
-        lines.append(f"- Work through `{notebook.notebook_name(m)}`: it explains each step, draws what your code "
-                     f"computes, and asks the written questions.")
-    if carried:
-        lines.append(f"- {', '.join(f'`{f}`' for f in carried)}: a working reference from earlier milestones, so "
-                     f"this folder runs on its own. Grading always uses this reference, not your own copy.")
+    lines += grading_text.bullets(
+        (has_notebook, f"Work through `{notebook.notebook_name(m)}`: it explains each step, draws what your code "
+                       f"computes, and asks the written questions."),
+        (carried, f"{grading_text.code_list(carried)}: a working reference from earlier milestones, so this folder "
+                  f"runs on its own. Grading always uses this reference, not your own copy."))
     lines += [
         "",
         "## Check your work",

@@ -5,6 +5,16 @@ from __future__ import annotations
 from autograder.config import Course, Milestone
 
 
+def code_list(files) -> str:
+    """`a.py`, `b.py`: file names as a README shows them."""
+    return ", ".join(f"`{f}`" for f in files)
+
+
+def bullets(*items: tuple[object, str]) -> list[str]:
+    """A README list's optional lines: "- text" for each (condition, text) whose condition holds, in order."""
+    return [f"- {text}" for wanted, text in items if wanted]
+
+
 def _where(f) -> str:
     return "in every function" if f.where == "all" else f"in `{f.where}`"
 
@@ -14,7 +24,7 @@ def grading_markdown(course: Course, m: Milestone, notebook_name: str | None) ->
     lines = [
         "## How you are graded",
         "",
-        f"Hidden checks run on your {', '.join(f'`{f}`' for f in m.files)}: {m.max_score} points in these groups "
+        f"Hidden checks run on your {code_list(m.files)}: {m.max_score} points in these groups "
         f"(all or nothing per group). The public tests in this folder are a quick subset of them: a failing "
         f"test names the group that checks the same thing. One mistake can fail tests of several groups; the "
         f"grader charges it once, where it is (see the rules below), so it may cost fewer groups than fail there.",
@@ -36,12 +46,9 @@ def grading_markdown(course: Course, m: Milestone, notebook_name: str | None) ->
     provided = [f for d in [*course.dependencies(m), m] for f in d.provided]
     lines += ["", "### What to hand in", ""]
     lines += [f"- `{f}` (graded automatically)." for f in m.files]
-    if notebook_name and m.written:
-        lines.append(f"- `{notebook_name}`, with your answers to the written questions (graded by hand).")
-    if carried:
-        lines.append(f"- Not {', '.join(f'`{f}`' for f in carried)}: grading always uses the course's reference "
-                     f"copy, so a mistake in an earlier milestone never costs points twice.")
-    if provided:
-        lines.append(f"- Not {', '.join(f'`{f}`' for f in provided)}: provided by the course; grading uses the "
-                     f"course's copy.")
+    lines += bullets(
+        (notebook_name and m.written, f"`{notebook_name}`, with your answers to the written questions (graded by hand)."),
+        (carried, f"Not {code_list(carried)}: grading always uses the course's reference copy, so a mistake in an "
+                  f"earlier milestone never costs points twice."),
+        (provided, f"Not {code_list(provided)}: provided by the course; grading uses the course's copy."))
     return "\n".join(lines)

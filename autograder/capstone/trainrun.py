@@ -25,6 +25,7 @@ wrote for the validation sources, scored by the parent with sacrebleu) and write
 vocabularies), attention.png and result.json; training.png is drawn by the parent. (The validation exact match below only picks the
 weights to keep and when to stop; it is progress, not a result.)
 """
+import functools
 import json
 import math
 import os
@@ -254,44 +255,59 @@ def translate():
     write_json("result.json", result)
 
 
+def _picture(draw):
+    """A picture must never cost the run: an error while drawing becomes the sentence "not saved: ..."."""
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        try:
+            return draw(*args, **kwargs)
+        except Exception as e:
+            return f"not saved: {type(e).__name__}: {e}"[:200]
+    return drawn
+
+
+def _save_figure(plt, fig, path, title=None):
+    """Lay `fig` out (under `title`), write it to `path` and free it."""
+    if title is not None:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@_picture
 def _attention(model, tok, text, max_len, path):
     """Heatmaps of the decoder's cross-attention (one row per layer, one column per head) while it writes
     its own greedy output for `text`. Returns a sentence saying what was saved."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from attention import causal_mask
-        b = make_batch([tok.encode(text)], [[]], tok.pad_id, tok.bos_id, tok.eos_id)
-        out = decode_batch(model, b, tok, max_len)
-        ys = out[:, :-1]
-        model.eval()
-        with torch.no_grad():
-            model(b["src"], ys, b["src_mask"], causal_mask(ys.size(1)))
-        layers = model.decoder.layers
-        maps = [getattr(layer.cross_attn, "attn_weights", None) for layer in layers]
-        if any(not isinstance(w, torch.Tensor) or w.dim() != 4 for w in maps):
-            return "not saved: MultiHeadAttention keeps no attn_weights [B, H, Lq, Lk] after forward"
-        heads = maps[0].size(1)
-        fig, axes = plt.subplots(len(layers), heads, figsize=(2.2 * heads, 2.2 * len(layers)), squeeze=False)
-        src_chars = list(text)
-        ids = out[0, 1:].tolist()
-        ids = ids[: ids.index(tok.eos_id) + 1] if tok.eos_id in ids else ids      # up to <eos>, no pads
-        out_chars = [tok.decode([i]) if i != tok.eos_id else "<eos>" for i in ids]
-        for i, w in enumerate(maps):
-            for h in range(heads):
-                ax = axes[i][h]
-                ax.imshow(w[0, h, : len(out_chars), : len(src_chars)].float().numpy(), cmap="viridis", vmin=0, vmax=1)
-                ax.set_xticks(range(len(src_chars)), src_chars, fontsize=7)
-                ax.set_yticks(range(len(out_chars)), out_chars, fontsize=7)
-                ax.set_title(f"layer {i + 1}, head {h + 1}", fontsize=8)
-        fig.suptitle(f"cross-attention while writing {tok.decode(out[0])!r} from {text!r}", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return f"saved for {text!r}"
-    except Exception as e:        # a picture must never cost the run
-        return f"not saved: {type(e).__name__}: {e}"[:200]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from attention import causal_mask
+    b = make_batch([tok.encode(text)], [[]], tok.pad_id, tok.bos_id, tok.eos_id)
+    out = decode_batch(model, b, tok, max_len)
+    ys = out[:, :-1]
+    model.eval()
+    with torch.no_grad():
+        model(b["src"], ys, b["src_mask"], causal_mask(ys.size(1)))
+    layers = model.decoder.layers
+    maps = [getattr(layer.cross_attn, "attn_weights", None) for layer in layers]
+    if any(not isinstance(w, torch.Tensor) or w.dim() != 4 for w in maps):
+        return "not saved: MultiHeadAttention keeps no attn_weights [B, H, Lq, Lk] after forward"
+    heads = maps[0].size(1)
+    fig, axes = plt.subplots(len(layers), heads, figsize=(2.2 * heads, 2.2 * len(layers)), squeeze=False)
+    src_chars = list(text)
+    ids = out[0, 1:].tolist()
+    ids = ids[: ids.index(tok.eos_id) + 1] if tok.eos_id in ids else ids      # up to <eos>, no pads
+    out_chars = [tok.decode([i]) if i != tok.eos_id else "<eos>" for i in ids]
+    for i, w in enumerate(maps):
+        for h in range(heads):
+            ax = axes[i][h]
+            ax.imshow(w[0, h, : len(out_chars), : len(src_chars)].float().numpy(), cmap="viridis", vmin=0, vmax=1)
+            ax.set_xticks(range(len(src_chars)), src_chars, fontsize=7)
+            ax.set_yticks(range(len(out_chars)), out_chars, fontsize=7)
+            ax.set_title(f"layer {i + 1}, head {h + 1}", fontsize=8)
+    _save_figure(plt, fig, path, f"cross-attention while writing {tok.decode(out[0])!r} from {text!r}")
+    return f"saved for {text!r}"
 
 
 def _plot(history, evals, path):
@@ -313,9 +329,7 @@ def _plot(history, evals, path):
         b.plot(steps, lrs)
         b.set_xlabel("step")
         b.set_title("learning rate")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        _save_figure(plt, fig, path)
     except Exception:             # a picture must never cost the run
         pass
 
@@ -426,38 +440,33 @@ def main_translation():
     write_json("result.json", result)
 
 
+@_picture
 def _attention_words(model, vocab, sources, outputs, max_len, path):
     """Heatmaps of the last decoder layer's cross-attention (mean over heads) for a few real sentences,
     re-running the model on the tokens it wrote. Returns a sentence saying what was saved."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from attention import causal_mask
-        model.eval()
-        fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 4.2), squeeze=False)
-        for ax, src, out in zip(axes[0], sources, outputs):
-            out = [i for i in out if i not in (0, 1)]
-            ys = torch.tensor([[1] + out[:-1] if out and out[-1] == 2 else [1] + out])
-            b = make_batch([src], [[]], 0, 1, 2)
-            with torch.no_grad():
-                model(b["src"], ys, b["src_mask"], causal_mask(ys.size(1)))
-            w = getattr(model.decoder.layers[-1].cross_attn, "attn_weights", None)
-            if not isinstance(w, torch.Tensor) or w.dim() != 4:
-                plt.close(fig)
-                return "not saved: MultiHeadAttention keeps no attn_weights [B, H, Lq, Lk] after forward"
-            src_t = [vocab["src"][i] if i < len(vocab["src"]) else "<unk>" for i in src]
-            out_t = [vocab["tgt"][i] if i < len(vocab["tgt"]) else "<unk>" for i in out]
-            ax.imshow(w[0].float().mean(0)[: len(out_t), : len(src_t)].numpy(), cmap="viridis", vmin=0, vmax=1)
-            ax.set_xticks(range(len(src_t)), src_t, fontsize=8, rotation=60)
-            ax.set_yticks(range(len(out_t)), out_t, fontsize=8)
-        fig.suptitle("cross-attention of the last decoder layer (mean over heads) on test sentences", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return f"saved for {len(sources)} test sentences"
-    except Exception as e:        # a picture must never cost the run
-        return f"not saved: {type(e).__name__}: {e}"[:200]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from attention import causal_mask
+    model.eval()
+    fig, axes = plt.subplots(1, len(sources), figsize=(4.2 * len(sources), 4.2), squeeze=False)
+    for ax, src, out in zip(axes[0], sources, outputs):
+        out = [i for i in out if i not in (0, 1)]
+        ys = torch.tensor([[1] + out[:-1] if out and out[-1] == 2 else [1] + out])
+        b = make_batch([src], [[]], 0, 1, 2)
+        with torch.no_grad():
+            model(b["src"], ys, b["src_mask"], causal_mask(ys.size(1)))
+        w = getattr(model.decoder.layers[-1].cross_attn, "attn_weights", None)
+        if not isinstance(w, torch.Tensor) or w.dim() != 4:
+            plt.close(fig)
+            return "not saved: MultiHeadAttention keeps no attn_weights [B, H, Lq, Lk] after forward"
+        src_t = [vocab["src"][i] if i < len(vocab["src"]) else "<unk>" for i in src]
+        out_t = [vocab["tgt"][i] if i < len(vocab["tgt"]) else "<unk>" for i in out]
+        ax.imshow(w[0].float().mean(0)[: len(out_t), : len(src_t)].numpy(), cmap="viridis", vmin=0, vmax=1)
+        ax.set_xticks(range(len(src_t)), src_t, fontsize=8, rotation=60)
+        ax.set_yticks(range(len(out_t)), out_t, fontsize=8)
+    _save_figure(plt, fig, path, "cross-attention of the last decoder layer (mean over heads) on test sentences")
+    return f"saved for {len(sources)} test sentences"
 
 
 def translate_words(ck):

@@ -69,9 +69,11 @@ def group(milestone: str, name: str, *, depends=(), style=False, provides=(), ob
 def stand_ins(milestone: str, **objects) -> None:
     """Correct judge-written versions of student callables (`name=function or class`), sent to the
     worker as source when a group that provides `name` failed. They are the judge's own code, never
-    the reference solution's text."""
-    STAND_INS[milestone] = {name: {"source": source_of(obj), "defines": obj.__name__}
-                            for name, obj in objects.items()}
+    the reference solution's text. A class goes with its bases from the same module (their source first)."""
+    def source(obj) -> str:
+        own = [c for c in getattr(obj, "__mro__", (obj,))[::-1] if c.__module__ == obj.__module__]
+        return "\n\n".join(source_of(c) for c in own)
+    STAND_INS[milestone] = {name: {"source": source(obj), "defines": obj.__name__} for name, obj in objects.items()}
 
 
 class CheckFailed(Exception):
@@ -361,6 +363,15 @@ class Tester:
             if found is not None:
                 return found
         return None
+
+    def expect_grads(self, grads: dict, want: dict, cut: str, mistake: Mistake | None = None):
+        """Each parameter's gradient (`grads`, by name) against the judge's (`want`); a missing one fails with
+        "No gradient reached `name`: " and `cut`, the likely reason in the milestone's words."""
+        for name, w in want.items():
+            got = grads.get(name)
+            if got is None:
+                self.fail(f"No gradient reached `{name}`: {cut}", mistake)
+            self.expect_close(got, w, f"The gradient of `{name}`")
 
     def works(self, actual, expected: torch.Tensor, what: str, atol=None):
         """For style groups, before judging their rule on these values: wrong values are judged as they are

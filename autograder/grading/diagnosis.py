@@ -45,9 +45,11 @@ class Mistake:
 
 @dataclass
 class Catalogue:
-    """A milestone's known mistakes: `mistake(id, text)` declares one, and `@entry(kind, id, text)` one with
-    its computation (the decorated function, which becomes the Mistake: calling it still computes),
-    grouped by the kind of answer it reproduces."""
+    """A milestone's known mistakes: `mistake(id, text)` declares one, `plain(*ids)` several without text, and
+    `@entry(kind, id, text)` one with its computation (the decorated function, which becomes the Mistake:
+    calling it still computes), grouped by the kind of answer it reproduces. A milestone's mistakes.py holds its
+    CATALOGUE and the mistakes a check recognises from its own evidence (a declaration without text: the check's
+    message says it); the ones the judge recomputes are declared beside their computations, in answers.py."""
     milestone: str
     entries: dict[str, list[Mistake]] = field(default_factory=dict)
 
@@ -63,6 +65,10 @@ class Catalogue:
         if kind is not None:
             self.entries.setdefault(kind, []).append(m)
         return m
+
+    def plain(self, *ids: str) -> tuple[Mistake, ...]:
+        """Declare mistakes without text (the check's message says what went wrong), one per id, in order."""
+        return tuple(self.mistake(mid) for mid in ids)
 
     def entry(self, kind: str, mid: str, text: str):
         return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn)

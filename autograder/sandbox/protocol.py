@@ -57,23 +57,29 @@ class Import(Request):
 
 
 @dataclass
-class Call(Request):
+class Invocation(Request):
+    """What every request that runs code (Call, Module, Run) has: the `args` and `kwargs` it is run with, the
+    `seed` set before, and `record`: send back what the guard recorded while it ran."""
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    record: bool = False
+    seed: int = 0
+
+
+@dataclass
+class Call(Invocation):
     """Call `module.func(*args, **kwargs)`; `grad_args`: indices of args that require grad; `backward`: a
     grad_output for the result; `return_args`: send the arguments back (were they modified?)."""
     op: ClassVar[str] = "call"
     module: str = ""
     func: str = ""
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-    record: bool = False
     grad_args: list = field(default_factory=list)
     backward: Any = None
     return_args: bool = False
-    seed: int = 0
 
 
 @dataclass
-class Module(Request):
+class Module(Invocation):
     """Build `module.cls(*args, **kwargs)`, load `params` (and `buffers_in`), set `train`, run `calls` (each
     {"args", "kwargs", "seed", "method"}), read `attrs` (dotted names) after each, backward from the last
     output with `backward`. `param_values=False`: parameter sizes only; `device="meta"`: built without memory
@@ -81,32 +87,24 @@ class Module(Request):
     op: ClassVar[str] = "module"
     module: str = ""
     cls: str = ""
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
     params: dict | None = None
     buffers_in: dict | None = None
     dtype: str | None = None
     device: str | None = None
     train: bool = False
-    seed: int = 0
     calls: list = field(default_factory=list)
     attrs: list = field(default_factory=list)
-    record: bool = False
     backward: Any = None
     buffers: bool = False
     param_values: bool = True
 
 
 @dataclass
-class Run(Request):
+class Run(Invocation):
     """Run the judge's recipe `entry`, defined by `source`, beside the student's code."""
     op: ClassVar[str] = "run"
     source: str = ""
     entry: str = ""
-    args: list = field(default_factory=list)
-    kwargs: dict = field(default_factory=dict)
-    record: bool = False
-    seed: int = 0
 
 
 class ForgedReply(Exception):

@@ -1,27 +1,18 @@
-"""Milestone 1's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
-computations in answers.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
-declared here. A declaration without text: the check's message says it."""
+"""Milestone 1's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
 from autograder.grading.diagnosis import Catalogue
 
 CATALOGUE = Catalogue("m1")
 
-CAUSAL_IGNORES_DEVICE = CATALOGUE.mistake("causal_ignores_device")
-CAUSAL_INVERTED = CATALOGUE.mistake("causal_inverted")
-CAUSAL_NO_DIAGONAL = CATALOGUE.mistake("causal_no_diagonal")
-CAUSAL_TRANSPOSED = CATALOGUE.mistake("causal_transposed")
-DROPOUT_BEFORE_SOFTMAX = CATALOGUE.mistake("dropout_before_softmax")
-DROPOUT_IGNORED = CATALOGUE.mistake("dropout_ignored")
-DROPOUT_KEEP_PROBABILITY = CATALOGUE.mistake("dropout_keep_probability")
-DTYPE_CHANGED = CATALOGUE.mistake("dtype_changed")
-GRAPH_CUT = CATALOGUE.mistake("graph_cut")
-INPUT_MODIFIED = CATALOGUE.mistake("input_modified")
-MASK_NOT_BOOL = CATALOGUE.mistake("mask_not_bool")
-NAN_BLOCKED_ROW = CATALOGUE.mistake("nan_blocked_row")
-PADDING_COMPARE = CATALOGUE.mistake("padding_compare")
-PADDING_MASK_INVERTED = CATALOGUE.mistake("padding_mask_inverted")
-PADDING_MASK_NO_QUERY_DIM = CATALOGUE.mistake("padding_mask_no_query_dim")
-PADDING_MASK_ON_QUERIES = CATALOGUE.mistake("padding_mask_on_queries")
-SOFTMAX_NAN_BLOCKED_ROW = CATALOGUE.mistake("softmax_nan_blocked_row")
+# Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
+CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED = CATALOGUE.plain(
+    "causal_ignores_device", "causal_inverted", "causal_no_diagonal", "causal_transposed")
+DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY = CATALOGUE.plain(
+    "dropout_before_softmax", "dropout_ignored", "dropout_keep_probability")
+DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("dtype_changed", "graph_cut", "input_modified")
+MASK_NOT_BOOL, NAN_BLOCKED_ROW, SOFTMAX_NAN_BLOCKED_ROW = CATALOGUE.plain(
+    "mask_not_bool", "nan_blocked_row", "softmax_nan_blocked_row")
+PADDING_COMPARE, PADDING_MASK_INVERTED, PADDING_MASK_NO_QUERY_DIM, PADDING_MASK_ON_QUERIES = CATALOGUE.plain(
+    "padding_compare", "padding_mask_inverted", "padding_mask_no_query_dim", "padding_mask_on_queries")
 SWAPPED_RETURN = CATALOGUE.mistake(
     "swapped_return",
     'it returns (weights, output); return them in the order (output, weights).')

@@ -469,21 +469,22 @@ def gradients(t: Tester):
     grads = reply.get("param_grads")
     if grads is None:
         t.fail(f"No gradient reached the model's parameters: {reply.get('grad_problem')}.", GRAPH_CUT)
-    for name, w in want.items():
-        got = grads.get(name)
-        if got is None:
-            t.fail(f"No gradient reached `{name}`: the path from it to the logits is cut (.detach(), .data or "
-                   f"torch.no_grad() on the way), or it is not used.", GRAPH_CUT)
-        t.expect_close(got, w, f"The gradient of `{name}`")
+    t.expect_grads(grads, want, "the path from it to the logits is cut (.detach(), .data or torch.no_grad() on the "
+                                "way), or it is not used.", GRAPH_CUT)
 
 
-@group("m4", "size_tying", depends=PARTS, style=True)
-def size_tying(t: Tester):
+def _small_model_works(t: Tester):
+    """A style group of the whole model judges only a Transformer that works: one layer, post-LN, vocabularies of 11."""
     p = model_params(t, 11, 11, 1, False)
     src, tgt, src_mask, tgt_mask = model_inputs(t, vocab=(11, 11))
     reply = run_model(t, p, 1, False, 30, src, tgt, src_mask, tgt_mask)
     t.works(reply["outputs"][0], TorchModel(p, 1, False, "relu", torch.float64, 30)(src, tgt, src_mask, tgt_mask).detach(),
             "`Transformer`")
+
+
+@group("m4", "size_tying", depends=PARTS, style=True)
+def size_tying(t: Tester):
+    _small_model_works(t)
     for (kwargs, want) in (({"tie_embeddings": True}, PAPER[0]), ({"tie_embeddings": True, "norm_first": True}, PAPER[1]),
                            ({}, PAPER[2])):
         reply = t.module("Transformer", (37000, 37000), kwargs, param_values=False, device="meta")
@@ -513,11 +514,7 @@ def size_tying(t: Tester):
 
 @group("m4", "init", depends=PARTS, style=True)
 def init(t: Tester):
-    p = model_params(t, 11, 11, 1, False)
-    src, tgt, src_mask, tgt_mask = model_inputs(t, vocab=(11, 11))
-    reply = run_model(t, p, 1, False, 30, src, tgt, src_mask, tgt_mask)
-    t.works(reply["outputs"][0], TorchModel(p, 1, False, "relu", torch.float64, 30)(src, tgt, src_mask, tgt_mask).detach(),
-            "`Transformer`")
+    _small_model_works(t)
     reply = t.module("Transformer", (300, 400), {"d_model": 32, "num_heads": 4, "num_layers": 2, "d_ff": 64}, seed=7)
     for name, w in reply["params"].items():
         if w.dim() > 1:

@@ -1,36 +1,21 @@
-"""Milestone 4's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
-computations in answers.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
-declared here. A declaration without text: the check's message says it."""
+"""Milestone 4's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
 from autograder.grading.diagnosis import Catalogue
 
 CATALOGUE = Catalogue("m4")
 
-BATCH_MIXING = CATALOGUE.mistake("batch_mixing")
-DROPOUT_IN_EVAL = CATALOGUE.mistake("dropout_in_eval")
-DROPOUT_NOT_PASSED = CATALOGUE.mistake("dropout_not_passed")
-GRAPH_CUT = CATALOGUE.mistake("graph_cut")
-INPUT_MODIFIED = CATALOGUE.mistake("input_modified")
-LAYER_COUNT = CATALOGUE.mistake("layer_count")
-LAYERS_NOT_MODULELIST = CATALOGUE.mistake("layers_not_modulelist")
-LOOKS_AHEAD = CATALOGUE.mistake("looks_ahead")
-MAX_LEN_NOT_PASSED = CATALOGUE.mistake("max_len_not_passed")
-NORMS_REINITIALISED = CATALOGUE.mistake("norms_reinitialised")
-NOT_XAVIER = CATALOGUE.mistake("not_xavier")
-PADDING_NOT_IGNORED = CATALOGUE.mistake("padding_not_ignored")
-PARAMETER_COUNT = CATALOGUE.mistake("parameter_count")
-PARAMETER_NAMES = CATALOGUE.mistake("parameter_names")
-PE_DROPOUT = CATALOGUE.mistake("pe_dropout")
-PE_DTYPE = CATALOGUE.mistake("pe_dtype")
-PE_LENGTH_ERROR = CATALOGUE.mistake("pe_length_error")
-PE_LENGTH_OFF_BY_ONE = CATALOGUE.mistake("pe_length_off_by_one")
-PE_MAX_LEN_IGNORED = CATALOGUE.mistake("pe_max_len_ignored")
-PE_MODULE_DTYPE = CATALOGUE.mistake("pe_module_dtype")
-PE_NOT_BUFFER = CATALOGUE.mistake("pe_not_buffer")
-PE_ODD_ACCEPTED = CATALOGUE.mistake("pe_odd_accepted")
-PE_ODD_WRONG_ERROR = CATALOGUE.mistake("pe_odd_wrong_error")
-PE_MODIFIED = CATALOGUE.mistake("pe_modified")
-SHARED_SUBMODULE = CATALOGUE.mistake("shared_submodule")
-TIE_DIFFERENT_VOCABS = CATALOGUE.mistake("tie_different_vocabs")
-TIED_BY_DEFAULT = CATALOGUE.mistake("tied_by_default")
-TYING_BY_COPY = CATALOGUE.mistake("tying_by_copy")
-TYING_PARTIAL = CATALOGUE.mistake("tying_partial")
+# Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
+BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED = CATALOGUE.plain(
+    "batch_mixing", "dropout_in_eval", "dropout_not_passed")
+GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("graph_cut", "input_modified")
+LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED = CATALOGUE.plain(
+    "layer_count", "layers_not_modulelist", "looks_ahead", "max_len_not_passed")
+NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED = CATALOGUE.plain(
+    "norms_reinitialised", "not_xavier", "padding_not_ignored")
+PARAMETER_COUNT, PARAMETER_NAMES, SHARED_SUBMODULE = CATALOGUE.plain(
+    "parameter_count", "parameter_names", "shared_submodule")
+(PE_DROPOUT, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED, PE_MODULE_DTYPE, PE_NOT_BUFFER,
+ PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR, PE_MODIFIED) = CATALOGUE.plain(
+    "pe_dropout", "pe_dtype", "pe_length_error", "pe_length_off_by_one", "pe_max_len_ignored", "pe_module_dtype",
+    "pe_not_buffer", "pe_odd_accepted", "pe_odd_wrong_error", "pe_modified")
+TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL = CATALOGUE.plain(
+    "tie_different_vocabs", "tied_by_default", "tying_by_copy", "tying_partial")

@@ -1,7 +1,8 @@
 """Milestone 4's stand-ins: correct judge-written versions of the four parts (the positional table, the
 positional module, the embedding, the stacks), registered with `stand_ins("m4", ...)` when this module is
 imported (checks.py imports it). A group depending on a part that failed gets the stand-in in the worker,
-sent as source, so the model is graded on its own merits (the stacks build their layers from blocks.py)."""
+sent as source (a class with its base), so the model is graded on its own merits (the stacks build their
+layers from blocks.py)."""
 from __future__ import annotations
 
 import math
@@ -44,32 +45,35 @@ class _StandInTokenEmbedding(nn.Module):
         return self.embedding(tokens) * self.scale
 
 
-class _StandInEncoder(nn.Module):
+class _StandInStack(nn.Module):
+    """What Encoder and Decoder share: `num_layers` of milestone 3's `LAYER` and, in pre-LN, a final norm."""
+    LAYER = ""
+
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
         super().__init__()
-        from blocks import EncoderLayer, LayerNorm
-        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
+        import blocks
+        self.layers = nn.ModuleList(getattr(blocks, self.LAYER)(d_model, num_heads, d_ff, dropout, activation, norm_first)
                                     for _ in range(num_layers))
-        self.norm = LayerNorm(d_model) if norm_first else None
+        self.norm = blocks.LayerNorm(d_model) if norm_first else None
+
+    def run(self, x, *masks):
+        for layer in self.layers:
+            x = layer(x, *masks)
+        return x if self.norm is None else self.norm(x)
+
+
+class _StandInEncoder(_StandInStack):
+    LAYER = "EncoderLayer"
 
     def forward(self, x, src_mask=None):
-        for layer in self.layers:
-            x = layer(x, src_mask)
-        return x if self.norm is None else self.norm(x)
+        return self.run(x, src_mask)
 
 
-class _StandInDecoder(nn.Module):
-    def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
-        super().__init__()
-        from blocks import DecoderLayer, LayerNorm
-        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
-                                    for _ in range(num_layers))
-        self.norm = LayerNorm(d_model) if norm_first else None
+class _StandInDecoder(_StandInStack):
+    LAYER = "DecoderLayer"
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)
-        return x if self.norm is None else self.norm(x)
+        return self.run(x, memory, src_mask, tgt_mask)
 
 
 stand_ins("m4", sinusoidal_positional_encoding=_stand_in_table, PositionalEncoding=_StandInPositionalEncoding,

@@ -1,35 +1,24 @@
-"""Milestone 5's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
-computations in answers.py, with @CATALOGUE.entry) and the mistakes a check recognises from its own evidence,
-declared here. A declaration without text: the check's message says it."""
+"""Milestone 5's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
 from autograder.grading.diagnosis import Catalogue
 
 CATALOGUE = Catalogue("m5")
 
-ADAM_SETTINGS = CATALOGUE.mistake("adam_settings")
-BASE_LR = CATALOGUE.mistake("base_lr")
-BATCH_DTYPE = CATALOGUE.mistake("batch_dtype")
-BATCH_NOT_DICT = CATALOGUE.mistake("batch_not_dict")
-DOES_NOT_LEARN = CATALOGUE.mistake("does_not_learn")
-EVAL_MODE_IN_TRAIN = CATALOGUE.mistake("eval_mode_in_train")
-EVALUATE_IN_TRAIN_MODE = CATALOGUE.mistake("evaluate_in_train_mode")
-EVALUATE_MODE_NOT_RESTORED = CATALOGUE.mistake("evaluate_mode_not_restored")
-EVALUATE_WITH_GRAD = CATALOGUE.mistake("evaluate_with_grad")
-GRAPH_CUT = CATALOGUE.mistake("graph_cut")
-INPUT_MODIFIED = CATALOGUE.mistake("input_modified")
-LOSS_NOT_SCALAR = CATALOGUE.mistake("loss_not_scalar")
-LOSS_RETURNED_AS_TENSOR = CATALOGUE.mistake("loss_returned_as_tensor")
+# Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
+ADAM_SETTINGS, BASE_LR = CATALOGUE.plain("adam_settings", "base_lr")
+BATCH_DTYPE, BATCH_NOT_DICT = CATALOGUE.plain("batch_dtype", "batch_not_dict")
+DOES_NOT_LEARN, EVAL_MODE_IN_TRAIN = CATALOGUE.plain("does_not_learn", "eval_mode_in_train")
+EVALUATE_IN_TRAIN_MODE, EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD = CATALOGUE.plain(
+    "evaluate_in_train_mode", "evaluate_mode_not_restored", "evaluate_with_grad")
+GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("graph_cut", "input_modified")
+LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, WRONG_LOSS_RETURNED = CATALOGUE.plain(
+    "loss_not_scalar", "loss_returned_as_tensor", "wrong_loss_returned")
+OPTIMIZER_KIND, SCHEDULER_VALUES = CATALOGUE.plain("optimizer_kind", "scheduler_values")
+TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNSORTED, TOKENIZER_VOCAB_SIZE = CATALOGUE.plain(
+    "tokenizer_decode", "tokenizer_encode", "tokenizer_specials", "tokenizer_unsorted", "tokenizer_vocab_size")
 NOAM_OFF_BY_ONE = CATALOGUE.mistake(
     "noam_off_by_one",
     'the schedule is one step ahead: noam_lr(step) uses `step` itself (step 0 counts as step 1).')
 NOAM_STEP_ZERO = CATALOGUE.mistake("noam_step_zero", 'step 0 must count as step 1: step = max(step, 1).')
-OPTIMIZER_KIND = CATALOGUE.mistake("optimizer_kind")
-SCHEDULER_VALUES = CATALOGUE.mistake("scheduler_values")
-TOKENIZER_DECODE = CATALOGUE.mistake("tokenizer_decode")
-TOKENIZER_ENCODE = CATALOGUE.mistake("tokenizer_encode")
-TOKENIZER_SPECIALS = CATALOGUE.mistake("tokenizer_specials")
-TOKENIZER_UNSORTED = CATALOGUE.mistake("tokenizer_unsorted")
-TOKENIZER_VOCAB_SIZE = CATALOGUE.mistake("tokenizer_vocab_size")
-WRONG_LOSS_RETURNED = CATALOGUE.mistake("wrong_loss_returned")
 MEAN_OF_BATCH_MEANS = CATALOGUE.mistake(
     "mean_of_batch_means",
     'this is the mean of the per-batch means; divide the total loss of all non-pad tokens by their number'

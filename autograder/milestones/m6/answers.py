@@ -57,22 +57,33 @@ def stepper(spec, src, src_mask, *, causal=True):
     return step
 
 
-def judge_greedy(step, B, max_len, *, pad=PAD, pad_after_eos=True):
-    """(tokens [B, T], steps run, logits per step [B, V])."""
+def _decode(choose, B, max_len, pad, pad_after_eos):
+    """The loop greedy and sampled decoding share: from <bos>, append `choose(ys)` ([B] tokens) each step, pad_id
+    in the rows that have ended (unless pad_after_eos is off: a known mistake), until every row has written <eos>
+    or max_len steps have run. -> (tokens [B, T], steps run)."""
     ys = torch.full((B, 1), BOS, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
-    seen = []
+    steps = 0
     for _ in range(max_len):
-        logits = step(ys, torch.arange(B))
-        seen.append(logits)
-        nxt = logits.argmax(-1)
+        nxt = choose(ys)
+        steps += 1
         if pad_after_eos:
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done = done | (nxt == EOS)
         if bool(done.all()):
             break
-    return ys, len(seen), seen
+    return ys, steps
+
+
+def judge_greedy(step, B, max_len, *, pad=PAD, pad_after_eos=True):
+    """(tokens [B, T], steps run, logits per step [B, V])."""
+    seen = []
+
+    def choose(ys):
+        seen.append(step(ys, torch.arange(B)))
+        return seen[-1].argmax(-1)
+    return (*_decode(choose, B, max_len, pad, pad_after_eos), seen)
 
 
 def greedy_by_eos_bias(spec, src, src_mask, max_len, biases):
@@ -132,20 +143,11 @@ def judge_sample(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None
                  **dev):
     """(tokens [B, T], steps run) of the contract's sampler with this seed (or one known mistake's)."""
     gen = torch.Generator().manual_seed(seed)
-    ys = torch.full((B, 1), BOS, dtype=torch.long)
-    done = torch.zeros(B, dtype=torch.bool)
-    steps = 0
-    for _ in range(max_len):
+
+    def choose(ys):
         probs = filtered_probs(step(ys, torch.arange(B)), temperature, top_k, top_p, **dev)
-        nxt = torch.multinomial(probs, 1, generator=gen)[:, 0]
-        steps += 1
-        if pad_after_eos:
-            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        ys = torch.cat([ys, nxt[:, None]], 1)
-        done = done | (nxt == EOS)
-        if bool(done.all()):
-            break
-    return ys, steps
+        return torch.multinomial(probs, 1, generator=gen)[:, 0]
+    return _decode(choose, B, max_len, pad, pad_after_eos)
 
 
 def sample_run(step, B, max_len, seed, temperature=1.0, top_k=None, top_p=None, pad=PAD, **dev):

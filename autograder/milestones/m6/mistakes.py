@@ -1,22 +1,23 @@
-"""Milestone 6's known mistakes: CATALOGUE (the mistakes the judge recomputes are declared beside their
-computations in answers.py, with @CATALOGUE.entry and CATALOGUE.deviations) and the mistakes a check
-recognises from its own evidence (what the grader observed: the model's mode and gradients at each step,
-the steps run, the dtype of a result), declared here. A declaration without text: the check's message says it."""
+"""Milestone 6's CATALOGUE and the mistakes its checks recognise from what the grader observed (the
+model's mode and gradients at each step, the steps run, the dtype of a result): see diagnosis.Catalogue."""
 from autograder.grading.diagnosis import Catalogue
 
 CATALOGUE = Catalogue("m6")
 
-CACHE_NOT_USED = CATALOGUE.mistake("cache_not_used")
+# Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
+CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED = CATALOGUE.plain(
+    "cache_not_used", "grad_enabled", "mode_not_restored")
+NO_EARLY_STOP, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE = CATALOGUE.plain(
+    "no_early_stop", "python_loop", "sampling_not_reproducible")
+SCORES_DTYPE, TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE = CATALOGUE.plain(
+    "scores_dtype", "temperature_not_checked", "tokens_dtype")
 MEMORY_PROJECTED_EVERY_STEP = CATALOGUE.mistake(
     "memory_projected_every_step",
     "the cross-attention keys and values of memory are projected again at every step: compute them once, "
     "before the first step, and keep them in the cache.")
-GRAD_ENABLED = CATALOGUE.mistake("grad_enabled")
-MODE_NOT_RESTORED = CATALOGUE.mistake("mode_not_restored")
 NEXT_TOKEN_LOGITS_WRONG = CATALOGUE.mistake(
     "next_token_logits_wrong",
     'the helper `_next_token_logits` gives wrong logits.')
-NO_EARLY_STOP = CATALOGUE.mistake("no_early_stop")
 NOT_EVAL_MODE = CATALOGUE.mistake(
     "not_eval_mode",
     'the model ran in training mode, so dropout changed its outputs at random: call model.eval() first '
@@ -24,11 +25,6 @@ NOT_EVAL_MODE = CATALOGUE.mistake(
 NUMPY_WORK = CATALOGUE.mistake(
     "numpy_work",
     'part of the computation ran in numpy, where no work can be counted.')
-PYTHON_LOOP = CATALOGUE.mistake("python_loop")
-SAMPLING_NOT_REPRODUCIBLE = CATALOGUE.mistake("sampling_not_reproducible")
-SCORES_DTYPE = CATALOGUE.mistake("scores_dtype")
-TEMPERATURE_NOT_CHECKED = CATALOGUE.mistake("temperature_not_checked")
-TOKENS_DTYPE = CATALOGUE.mistake("tokens_dtype")
 
 GENERATOR_BY_HAND = CATALOGUE.mistake("generator_not_used", "the code reads model.generator's weight or bias instead of "
                                       "calling it: compute the logits with model.generator(x) (the checks' scripted models "
