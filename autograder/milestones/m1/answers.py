@@ -146,6 +146,17 @@ def _softmax_ignores_dim(x, dim=-1):
     return torch.softmax(x, -1) if dim not in (-1, x.dim() - 1) else None
 
 
+@CATALOGUE.entry("softmax", "lower_precision", "the exponentials are computed in float32 and converted back "
+                 "(e.g. torch.exp((x - max).float())): keep float64 inputs in float64 throughout.")
+def _softmax_exp_in_float32(x, dim=-1):
+    if x.dtype != torch.float64:
+        return None
+    m = x.amax(dim, keepdim=True)
+    e = torch.exp((x - torch.where(torch.isfinite(m), m, torch.zeros_like(m))).float()).to(x.dtype)
+    s = e.sum(dim, keepdim=True)
+    return e / torch.where(s > 0, s, torch.ones_like(s))
+
+
 @CATALOGUE.entry("softmax", "softmax_global_sum", "each entry is divided by the sum over the whole tensor; divide "
                  "by the sum along `dim` only (keepdim=True).")
 def _softmax_global_sum(x, dim=-1):

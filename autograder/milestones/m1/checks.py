@@ -21,7 +21,8 @@ from autograder.milestones.m1.mistakes import (
     CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
     DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE,
     DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW,
-    OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_INVERTED, PADDING_MASK_NO_QUERY_DIM,
+    OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_IGNORES_PAD_ID, PADDING_MASK_INVERTED,
+    PADDING_MASK_NO_QUERY_DIM,
     PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN)
 
 SDPA = "scaled_dot_product_attention"
@@ -163,6 +164,9 @@ def mask_helpers(t: Tester):
         if torch.equal(got, ~want):
             t.fail(f"{what} is inverted: it must be True where the token is real (tokens != pad_id).",
                    PADDING_MASK_INVERTED)
+        if pad_id != 0 and any(torch.equal(got, wrong.unsqueeze(1)) for wrong in (tokens != 0, tokens > 0)):
+            t.fail(f"{what} gives the wrong values: expected True exactly where tokens != {pad_id}. Likely cause: "
+                   f"{PADDING_MASK_IGNORES_PAD_ID.text}", PADDING_MASK_IGNORES_PAD_ID)
         for wrong in ((tokens > pad_id), (tokens >= pad_id), (tokens < pad_id)):
             if torch.equal(got, wrong.unsqueeze(1)) and not torch.equal(got, want):
                 t.fail(f"{what} compares the ids with <, > or >=: a token id below (or above) pad_id is a real "

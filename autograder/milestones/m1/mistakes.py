@@ -13,6 +13,10 @@ MASK_NOT_BOOL, NAN_BLOCKED_ROW, SOFTMAX_NAN_BLOCKED_ROW = CATALOGUE.plain(
     "mask_not_bool", "nan_blocked_row", "softmax_nan_blocked_row")
 PADDING_COMPARE, PADDING_MASK_INVERTED, PADDING_MASK_NO_QUERY_DIM, PADDING_MASK_ON_QUERIES = CATALOGUE.plain(
     "padding_compare", "padding_mask_inverted", "padding_mask_no_query_dim", "padding_mask_on_queries")
+PADDING_MASK_IGNORES_PAD_ID = CATALOGUE.mistake(
+    "padding_mask_ignores_pad_id",
+    'the mask compares the ids with 0 (tokens != 0 or tokens > 0), not with the pad_id argument: use '
+    'tokens != pad_id.')
 SWAPPED_RETURN = CATALOGUE.mistake(
     "swapped_return",
     'it returns (weights, output); return them in the order (output, weights).')
