@@ -369,6 +369,21 @@ def one_step_too_many(right, max_len, pad):
     return right(max_len + 1)
 
 
+@CATALOGUE.entry("format", "too_few_steps", "the loop runs max_len - 1 times (as if max_len counted the <bos>), so "
+                 "at most max_len - 1 tokens are generated; max_len is the most tokens generated after <bos> "
+                 "(for _ in range(max_len)).")
+def one_step_too_few(right, max_len, pad):
+    return right(max_len - 1) if max_len > 1 else None
+
+
+@CATALOGUE.entry("format", "eos_replaced_by_pad", "the <eos> itself is overwritten by pad_id: a row keeps its <eos> "
+                 "and gets pad_id only at the positions after it.")
+def eos_overwritten(right, max_len, pad):
+    value = right(max_len)
+    tokens = _tokens_of(value)
+    return _with_tokens(value, tokens.masked_fill(tokens == EOS, pad)) if (tokens == EOS).any() else None
+
+
 @CATALOGUE.entry("format", "pads_with_zero", "after <eos> the code writes 0, not pad_id: write the pad_id argument "
                  "(it is 0 in most tests, not always).")
 def padded_with_zero(right, max_len, pad):
