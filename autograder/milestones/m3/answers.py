@@ -177,6 +177,29 @@ def _cross_kv_from_decoder_masked(p, norm_first, activation, x, memory=None, src
     return x
 
 
+@CATALOGUE.entry("decoder", "cross_q_from_layer_input", "the cross-attention takes its queries from the layer's "
+                 "input x, not from the stream after the self-attention sub-layer. Post-LN: x = norm1(x + "
+                 "drop(self_attn(x, x, x, tgt_mask))), then cross_attn(x, memory, memory, src_mask) with that new x; "
+                 "pre-LN: x = x + drop(self_attn(...)), then cross_attn(norm2(x), memory, memory, src_mask) with that "
+                 "new x.")
+def _cross_q_from_layer_input(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+    """The self-attention sub-layer is computed and added, but the cross-attention's queries are taken from the
+    layer's input (post-LN: x itself; pre-LN: norm2 of it)."""
+    if memory is None:
+        return None
+    ff = sub_params(p, "feed_forward")
+
+    def norm(h, n):
+        return layer_norm_fn(h, p[f"norm{n}.weight"], p[f"norm{n}.bias"])
+    queries = norm(x, 2) if norm_first else x
+    subs = (lambda h: attention_fn(p, "self_attn", h, h, h, tgt_mask),
+            lambda h: attention_fn(p, "cross_attn", queries, memory, memory, src_mask),
+            lambda h: feed_forward_fn(ff, h, activation))
+    for n, sub in enumerate(subs, 1):
+        x = x + sub(norm(x, n)) if norm_first else norm(x + sub(x), n)
+    return x
+
+
 def _register_layers():
     for kind in ("encoder", "decoder"):
         items = {k: (text, dev) for k, (text, dev, _) in LAYER_MISTAKES.items()}
