@@ -222,6 +222,22 @@ def _pe_whole(x, pe):
     return x + pe
 
 
+# ---- catalogue entries for the gradients of the embedding tables ------------------------------------
+
+@CATALOGUE.entry("embedding_grad", "embedding_padding_idx", "padding_idx freezes the row of token 0: "
+                 "nn.Embedding(vocab_size, d_model, padding_idx=0) never gives that row a gradient (and starts it at "
+                 "zero), so token 0 is never learned. The embedding does not know which id pads (the masks hide the "
+                 "padding, and with another pad_id, as milestone 5 allows, token 0 is a real token): build "
+                 "nn.Embedding(vocab_size, d_model), as the docstring says.")
+def _grad_row0_frozen(grad):
+    """The right gradient of an embedding table with the row of token 0 zeroed (None when it is zero already)."""
+    if not bool((grad[0] != 0).any()):
+        return None
+    frozen = grad.clone()
+    frozen[0] = 0
+    return frozen
+
+
 # ---- the size of the paper's model ------------------------------------------------------------------
 
 PAPER = (63_119_496, 63_121_544, 101_007_496)     # tied post-LN, tied pre-LN, untied post-LN

@@ -28,9 +28,9 @@ from autograder.milestones.m4.recipes import recipe_table_in_default
 from autograder.milestones.m4.mistakes import (
     CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED, GRAPH_CUT, INPUT_MODIFIED, LAYER_COUNT,
     LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED, NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED,
-    PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED,
-    PE_MODIFIED, PE_MODULE_DTYPE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR, SHARED_SUBMODULE,
-    TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL)
+    PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT, PE_DROPOUT_ON_TABLE, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE,
+    PE_MAX_LEN_IGNORED, PE_MODIFIED, PE_MODULE_DTYPE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR,
+    SHARED_SUBMODULE, TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL)
 
 PARTS = ("positional_table", "positional_module", "embedding", "stacks")
 
@@ -206,8 +206,25 @@ def positional_module(t: Tester):
     zero = out == 0
     ok = 0.25 < zero.double().mean().item() < 0.75 and torch.allclose(out[~zero], ((x + table[:7]) / (1 - p))[~zero])
     if not ok:
-        t.fail("PositionalEncoding(dropout=0.5) in training mode should apply dropout to x + pe[:L] (about half of "
-               "the entries 0, the rest divided by 1 - p).", PE_DROPOUT)
+        what = ("PositionalEncoding(dropout=0.5) in training mode should apply dropout to x + pe[:L] (about half of "
+                "the entries 0, the rest divided by 1 - p)")
+        if _dropout_on_table(out, x, table[:7], p):
+            t.fail(f"{what}. Here the output minus x is pe[:L] with each entry either 0 or divided by 1 - p: x itself "
+                   f"is never dropped, only the positions are. Likely cause: {PE_DROPOUT_ON_TABLE.text}",
+                   PE_DROPOUT_ON_TABLE)
+        t.fail(f"{what}.", PE_DROPOUT)
+
+
+def _dropout_on_table(out, x, pe, p) -> bool:
+    """Is `out` x + dropout(pe) (each entry of out - x either 0 or pe / (1 - p)), with at least one nonzero entry of
+    the table dropped and one kept? That is the evidence of dropout applied to the table before the add."""
+    if not (isinstance(out, torch.Tensor) and out.shape == x.shape):
+        return False
+    added, pe = out.to(torch.float64) - x, pe.expand_as(x)
+    dropped = added.abs() <= 1e-10
+    kept = (added - pe / (1 - p)).abs() <= 1e-10 * (1 + pe.abs())
+    real = pe.abs() > 1e-6
+    return bool((dropped | kept).all() and (dropped & real).any() and (kept & real & ~dropped).any())
 
 
 @group("m4", "embedding", provides=("TokenEmbedding",))
@@ -458,6 +475,9 @@ def _model_dropout(t: Tester, p):
 def gradients(t: Tester):
     p = model_params(t, 11, 13, 2, True)
     src, tgt, src_mask, tgt_mask = model_inputs(t)
+    # Token 0 as a real token too (position 0 is never padding): every row of both tables that is used, the row of
+    # the tokenizer's pad id 0 included, gets its gradient.
+    src[:, 0], tgt[:, 0] = 0, 0
     judge = TorchModel(p, 2, True, "relu", torch.float64, 30)
     logits = judge(src, tgt, src_mask, tgt_mask)
     g = t.randn(*logits.shape)
@@ -469,6 +489,10 @@ def gradients(t: Tester):
     grads = reply.get("param_grads")
     if grads is None:
         t.fail(f"No gradient reached the model's parameters: {reply.get('grad_problem')}.", GRAPH_CUT)
+    for name in ("src_embed.embedding.weight", "tgt_embed.embedding.weight"):
+        if grads.get(name) is not None:
+            t.expect_close(grads[name], want[name], f"The gradient of `{name}` (token 0 is a real, unmasked token of "
+                           f"src and tgt here)", lambda w=want[name]: CATALOGUE.tried("embedding_grad", w))
     t.expect_grads(grads, want, "the path from it to the logits is cut (.detach(), .data or torch.no_grad() on the "
                                 "way), or it is not used.", GRAPH_CUT)
 

@@ -19,3 +19,7 @@ PARAMETER_COUNT, PARAMETER_NAMES, SHARED_SUBMODULE = CATALOGUE.plain(
     "pe_not_buffer", "pe_odd_accepted", "pe_odd_wrong_error", "pe_modified")
 TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL = CATALOGUE.plain(
     "tie_different_vocabs", "tied_by_default", "tying_by_copy", "tying_partial")
+PE_DROPOUT_ON_TABLE = CATALOGUE.mistake(
+    "pe_dropout_on_table",
+    "dropout is applied to the table before the add (x + self.dropout(self.pe[:L])), so the embeddings are never "
+    "dropped and some positions are lost; it acts on the sum: return self.dropout(x + self.pe[:L]).")

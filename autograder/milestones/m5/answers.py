@@ -227,16 +227,17 @@ def judge_logits(model, batches):
 
 
 def expected_evaluate(per_batch, pad_id, *, count="pad_id", loss_pad="pad_id", mean_of_means=False,
-                      masks="batch"):
+                      masks="batch", empty_adds_nan=False):
     """evaluate's answer from the judge's logits of each batch (judge_logits), or one deviation: count: which
     targets are counted ("pad_id": those != pad_id; 0: those != 0; "all": every position); loss_pad: the padding
     id the loss is given ("pad_id", 0 or None); mean_of_means: the mean of the per-batch losses; masks: "batch"
-    (the batch's own) or "zero" (masks rebuilt to block the tokens 0)."""
+    (the batch's own) or "zero" (masks rebuilt to block the tokens 0); empty_adds_nan: a batch without a counted
+    target is not skipped, its loss (NaN: 0 / 0) times 0 is added."""
     total, tokens, means = 0.0, 0, []
     for judged in per_batch:
         logits, target = judged["logits" if masks == "batch" else "zero_masks"], judged["tgt_out"]
         n = target.numel() if count == "all" else int((target != (pad_id if count == "pad_id" else count)).sum())
-        if n == 0:
+        if n == 0 and not empty_adds_nan:
             continue
         loss = expected_loss(logits, target, 0.0, pad_id if loss_pad == "pad_id" else loss_pad).item()
         total, tokens = total + loss * n, tokens + n
@@ -258,7 +259,10 @@ CATALOGUE.deviations("evaluate", expected_evaluate, (
          "label_smoothed_cross_entropy, whose default None ignores nothing.", {"loss_pad": None}),
         ("evaluate_masks_key_on_zero", "evaluate runs the model with masks of its own that block the tokens 0, not "
          "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and batch[\"tgt_mask\"].",
-         {"masks": "zero"})))
+         {"masks": "zero"}),
+        ("evaluate_empty_batch_nan", "a batch without any non-pad target token is not skipped: its loss is NaN "
+         "(0 / 0, no token to average), and NaN * 0 is NaN, so the whole result is NaN. Such a batch adds nothing "
+         "(the docstring): skip it when its token count is 0.", {"empty_adds_nan": True})))
 
 
 # ---- the judge's training steps ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from autograder.milestones.m5.answers import (
     BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam)
 from autograder.milestones.m5.mistakes import (
     CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
-    EVALUATE_MODE_NOT_RESTORED, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
+    EVALUATE_MODE_NOT_RESTORED, EVALUATE_NO_TOKENS, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
     GRAPH_CUT, INPUT_MODIFIED, LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
     NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
     TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
@@ -224,7 +224,7 @@ def loss(t: Tester):
         what = (f"`label_smoothed_cross_entropy(logits {shape_str(logits.shape)}, target, smoothing={smoothing}, "
                 f"pad_id={pad_id})` ({label})")
         reply = t.call("label_smoothed_cross_entropy", logits, target, smoothing=smoothing, pad_id=pad_id,
-                       grad_args=[0], backward=[g])
+                       grad_args=[0], backward=[g], return_args=True)
         got = reply["value"]
         if isinstance(got, (int, float)):
             t.fail(f"{what} returns a Python number ({got!r}); it must return a scalar tensor that stays in the "
@@ -248,10 +248,29 @@ def loss(t: Tester):
             t.fail(f"No gradient reached the logits through {what}: {reply.get('grad_problem') or 'compute it with torch operations'} "
                    f"(a Python float or .item() cuts the graph).", GRAPH_CUT)
         t.expect_close(reply["grads"][0], leaf.grad, f"The gradient of {what} with respect to the logits")
+        _inputs_unchanged(t, reply.get("args_after") or [], (logits, target), pad_id, what)
         if got.dtype != logits.dtype:
             t.fail(f"{what} returns a {dtype_str(got.dtype)} tensor for {dtype_str(logits.dtype)} logits; the loss is in "
                    f"the dtype of logits (create any new tensor with dtype=logits.dtype).",
                    diagnosis.DTYPE_LOWERED if logits.dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
+
+
+def _inputs_unchanged(t: Tester, after, before, pad_id, what):
+    """The loss's arguments (logits, target) came back as they were given (the docstring: the inputs are not
+    modified)."""
+    for name, given, back in zip(("logits", "target"), before, after):
+        if isinstance(back, torch.Tensor) and back.shape == given.shape and torch.equal(back.detach(), given):
+            continue
+        how = ""
+        if name == "target" and isinstance(back, torch.Tensor) and back.shape == given.shape:
+            changed = given != back
+            if bool((given[changed] == pad_id).all()):
+                now = sorted(set(back[changed].tolist()))
+                how = f": its entries equal to pad_id = {pad_id} came back as {', '.join(map(str, now))}"
+        t.fail(f"{what} changed its input `{name}` in place{how}. Inputs must not be modified: use out-of-place "
+               f"operations (torch.where(keep, target, 0) for a safe index, not target[...] = 0, which also writes "
+               f"through a view such as target.reshape(-1) or target.view(-1); clone first if you must write).",
+               INPUT_MODIFIED)
 
 
 def _not_finite(t: Tester, got, want, what, mistakes, holds):
@@ -452,15 +471,22 @@ def train_step(t: Tester):
 def evaluate(t: Tester):
     p, table, batches_ = _train_inputs(t)
     other = _other_pad_batches()
+    # A batch whose targets are all pad_id (no token to count): it adds nothing beside another batch, and alone it
+    # gives float('nan') (the docstring), never a ZeroDivisionError.
+    empty = dict(batches_[0], tgt_out=torch.full_like(batches_[0]["tgt_out"], PAD))
     runs = [("train", PAD, batches_, ""), ("eval", PAD, batches_, ""),
-            ("train", OTHER_PAD, other, f", batches padded with {OTHER_PAD} (and holding real tokens 0)")]
+            ("train", OTHER_PAD, other, f", batches padded with {OTHER_PAD} (and holding real tokens 0)"),
+            ("eval", PAD, [batches_[1], empty], ", the second batch's tgt_out all pad_id (no token to count)"),
+            ("eval", PAD, [empty], ", one batch whose tgt_out is all pad_id (no token to count anywhere)")]
     judge = TorchModel(p, 1, False, "relu", torch.float64, MAX_LEN).eval()
-    judged = {PAD: judge_logits(judge, batches_), OTHER_PAD: judge_logits(judge, other)}
+    passed = []          # (per_batch, pad_id, right value) of the runs whose value was right
     for mode, pad_id, batches_of_run, holding in runs:
-        per_batch = judged[pad_id]
+        per_batch = judge_logits(judge, batches_of_run)
         want = expected_evaluate(per_batch, pad_id)
         what = f"`evaluate(model, batches, pad_id={pad_id})` on a model in {mode} mode with dropout=0.5{holding}"
-        reply = t.run(recipe_evaluate, p, table, V, batches_of_run, 0.5, mode, pad_id, what=what)
+        reply = t.run(recipe_evaluate, p, table, V, batches_of_run, 0.5, mode, pad_id, what=what,
+                      crash=lambda r, w=want: EVALUATE_NO_TOKENS if math.isnan(w) and r.get("type") ==
+                      "ZeroDivisionError" else None)
         got = {**reply["value"], "train_during": dropout_ran(reply["record"]),
                "grad_enabled": reply["record"]["grad_ops"] > 0}
         value = got["value"]
@@ -469,13 +495,19 @@ def evaluate(t: Tester):
         if got["train_during"]:
             t.fail(f"{what}: the model ran in training mode (dropout on); evaluate switches to model.eval().",
                    EVALUATE_IN_TRAIN_MODE)
-        if not math.isclose(value, want, rel_tol=1e-9):
-            cause = diagnosis.reproducing(
-                CATALOGUE.tried("evaluate", per_batch, pad_id),
-                lambda v: math.isclose(value, v, rel_tol=1e-9) and not math.isclose(v, want, rel_tol=1e-9))
+        if not _same_float(value, want):
+            # a known mistake names the cause when its own computation gives this value, and gave the right one on
+            # every earlier run (one that would have failed there is not theirs)
+            tried = [(m, v) for m, v in CATALOGUE.tried("evaluate", per_batch, pad_id)
+                     if all(_same_float(m(pb, pid), right) for pb, pid, right in passed)]
+            cause = diagnosis.reproducing(tried, lambda v: _same_float(value, v) and not _same_float(v, want))
             text = f" Likely cause: {cause.text}" if cause else ""
+            if math.isnan(want):
+                t.fail(f"{what} should be float('nan'): no batch has a non-pad target token, and then evaluate "
+                       f"returns NaN (the docstring); it returned {value:.10g}.{text}", cause)
             t.fail(f"{what} should be {want:.10g} (plain cross-entropy per non-pad target token), but it is "
                    f"{value:.10g}.{text}", cause)
+        passed.append((per_batch, pad_id, want))
         if got["grad_enabled"]:
             t.fail(f"{what}: the forward passes ran with gradients enabled; wrap them in torch.no_grad().",
                    EVALUATE_WITH_GRAD)
@@ -504,6 +536,11 @@ def learning(t: Tester):
                f"batch of 8 copy examples should overfit it (the course's code reaches a loss below 0.01; the limit "
                f"is 0.5), but the grader measures its loss going from {first:.3f} to {final:.3f}.{above}",
                DOES_NOT_LEARN)
+
+
+def _same_float(a, b) -> bool:
+    """Equal to 1e-9 (relative), NaN equal to NaN."""
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9)
 
 
 def judge_loss(params, batch) -> float:

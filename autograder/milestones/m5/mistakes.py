@@ -19,6 +19,11 @@ NOAM_OFF_BY_ONE = CATALOGUE.mistake(
     "noam_off_by_one",
     'the schedule is one step ahead: noam_lr(step) uses `step` itself (step 0 counts as step 1).')
 NOAM_STEP_ZERO = CATALOGUE.mistake("noam_step_zero", 'step 0 must count as step 1: step = max(step, 1).')
+EVALUATE_NO_TOKENS = CATALOGUE.mistake(
+    "evaluate_no_tokens",
+    "the total is divided by the number of non-pad target tokens, which is 0 here: when no batch has one (or "
+    "`batches` is empty) evaluate returns float('nan'), never a ZeroDivisionError (the docstring), e.g. "
+    "return total / count if count else math.nan.")
 MEAN_OF_BATCH_MEANS = CATALOGUE.mistake(
     "mean_of_batch_means",
     'this is the mean of the per-batch means; divide the total loss of all non-pad tokens by their number'
