@@ -131,6 +131,17 @@ def dtype_str(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def arguments_text(args, kwargs) -> str:
+    """The arguments of a call, as a student reads them: tensors by shape (and dtype when not float64)."""
+    def one(v):
+        if isinstance(v, torch.Tensor):
+            return shape_str(v.shape) + ("" if v.dtype == torch.float64 else f" ({dtype_str(v.dtype)})")
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+    parts = [one(v) for v in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts) if parts else "no arguments"
+
+
 def describe(value) -> str:
     """A short, student-facing description of a returned value."""
     if isinstance(value, torch.Tensor):
@@ -187,7 +198,8 @@ class Tester:
         return torch.rand(*shape, generator=self.gen) < p
 
     # ---- talking to the worker -------------------------------------------------------
-    def _request(self, request: protocol.Request, what: str, allow_error: bool = False, crash=None) -> dict:
+    def _request(self, request: protocol.Request, what: str, allow_error: bool = False, crash=None,
+                 called_with: str = "") -> dict:
         self.invoked.update(_named(what))
         self.last_call = next(iter(_named(what)), "")
         # The name a request itself targets stays the student's: their own class or function is what it runs,
@@ -206,6 +218,8 @@ class Tester:
             self.numpy_seen = True
         if not reply.get("ok") and not allow_error:
             text = student_error(reply, what)
+            if called_with and text.startswith(f"{what} raised "):     # the student's call, as it was made
+                text = f"{what}, called with {called_with}, raised " + text[len(f"{what} raised "):]
             self._not_judged_if_style(text.rstrip("."), what)
             if reply.get("kind") == "params":
                 raise CheckFailed(text, diagnosis.PARAMETER_NAMES)
@@ -254,7 +268,8 @@ class Tester:
                 return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args, **kwargs)
         return self._request(protocol.Call(module=self.module_name, func=func, args=list(args), kwargs=kwargs,
                                            record=record, grad_args=grad_args or [], backward=backward,
-                                           return_args=return_args, seed=seed), what, crash=crash)
+                                           return_args=return_args, seed=seed), what, crash=crash,
+                             called_with=arguments_text(args, kwargs))
 
     def module(self, cls: str, args=(), kwargs=None, *, calls=(), attrs=(), allow_error=False, crash=None,
                **options) -> dict:

@@ -517,10 +517,11 @@ def size_tying(t: Tester):
         shared = "; ".join(" = ".join(sorted(g)) for g in tied)     # sorted: the same words every run
         three = {"src_embed.embedding.weight", "tgt_embed.embedding.weight", "generator.weight"}
         if kwargs.get("tie_embeddings") and not any(three <= g for g in tied):
+            how = ("tied only in part: " + shared if tied else "three separate Parameter objects (a copy of the "
+                   "values, or a new nn.Parameter around the same tensor, is another object)")
             t.fail(f"In {label}, src_embed.embedding.weight, tgt_embed.embedding.weight and generator.weight should be "
                    f"one and the same Parameter (assign it: self.generator.weight = self.tgt_embed.embedding.weight); "
-                   f"they are {'tied only in part: ' + shared if tied else 'separate objects (copied values?)'}.",
-                   TYING_PARTIAL if tied else TYING_BY_COPY)
+                   f"they are {how}.", TYING_PARTIAL if tied else TYING_BY_COPY)
         if not kwargs.get("tie_embeddings") and tied:
             t.fail(f"{label} without tie_embeddings shares {shared}: the three tables are separate unless tying is asked.",
                    TIED_BY_DEFAULT)

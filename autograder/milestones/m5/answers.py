@@ -78,6 +78,7 @@ def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad
     # ignored: which targets are left out ("zero": those equal to 0 whatever pad_id is; "zero_if_none": 0 when
     # pad_id is None, else pad_id)
     key = 0 if ignored == "zero" or (ignored == "zero_if_none" and pad_id is None) else pad_id
+    key = None if ignored == "none_if_zero" and pad_id == 0 else key      # `if pad_id:` is False for 0
     keep = torch.ones_like(t, dtype=torch.bool) if key is None or pad_in_mean else t != key
     counted = keep if pad_counted is None or key is None else torch.ones_like(keep)
     e = 0.0 if ignore_smoothing else smoothing
@@ -116,6 +117,9 @@ CATALOGUE.deviations("loss", _loss_variant, (
          "pad_id (sum of their costs / their number).", {"pad_in_mean": True}),
         ("loss_summed", "the cost is summed over positions; it is the mean over the non-pad positions.",
          {"reduce": "sum"}),
+        ("pad_id_zero_ignored", "pad_id=0 is treated like pad_id=None (a test such as `if pad_id:` is False for 0), "
+         "so the padded positions are averaged in; leave padding out whenever pad_id is not None "
+         "(`if pad_id is not None:`).", {"ignored": "none_if_zero"}),
         ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero"}),
         ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero_if_none"}),
         # Registered before the general sentence of the same mistake: where both fit (no sequence is all

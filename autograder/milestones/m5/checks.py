@@ -172,7 +172,9 @@ def _loss_cases(t: Tester):
         for pad_id in (None, PAD):
             cases.append((t.randn(3, 5, V) * 3, smoothing, pad_id, "float64"))
     cases.append((t.randn(4, V, dtype=torch.float32) * 3, 0.1, PAD, "float32 [4, V]"))
-    cases.append((t.randn(3, 5, V) * 3, 0.1, OTHER_PAD, f"float64, pad_id={OTHER_PAD}"))
+    # Run first (the inputs stay as drawn): a pad id other than 0 handled right rules out, below, the mistakes
+    # that would have got it wrong (e.g. padding averaged in for every pad id, against pad_id 0 alone).
+    cases.insert(0, (t.randn(3, 5, V) * 3, 0.1, OTHER_PAD, f"float64, pad_id={OTHER_PAD}"))
     cases.append((t.randn(3, 5, V, dtype=torch.float32) * 3, 0.0, OTHER_PAD, f"float32, pad_id={OTHER_PAD}"))
     cases.append((t.randn(3, 5, V, dtype=torch.float32) * 3, 0.1, None, "float32"))
     cases.append((t.randn(2, 3, V) * 3 + 1000, 0.1, PAD, "logits around 1000, close together in each row"))
