@@ -66,18 +66,6 @@ def _repeated_layers(*stacks):
             f"nn.ModuleList([{kinds[0]}(...) for _ in range(num_layers)])")
 
 
-def _call(where, fn, *args, **kwargs):
-    """fn(*args, **kwargs); if it raises, the test fails saying which call with which inputs raised what."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:                                   # noqa: BLE001 (reported, never hidden)
-        words = lambda a: (f"{str(a.dtype).replace('torch.', '')} tensor [{', '.join(map(str, a.shape))}]"  # noqa: E731
-                           if isinstance(a, torch.Tensor) else repr(a))
-        shown = [words(a) for a in args] + [f"{k}={words(v)}" for k, v in kwargs.items()]
-        name = getattr(fn, "__qualname__", getattr(fn, "__name__", type(fn).__name__))
-        raise AssertionError(f"{name}({', '.join(shown)}) raised {type(exc).__name__}: {exc} {where}") from exc
-
-
 # --------------------------------------------------------------------------- positional encoding
 
 def test_sinusoidal_table_values():
