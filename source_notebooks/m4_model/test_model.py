@@ -48,6 +48,24 @@ def _masks(B=3, Ls=7, Lt=5):
     return src_keep[rows][:, None, :], torch.ones(Lt, Lt, dtype=torch.bool).tril() & tgt_keep[rows][:, None, :]
 
 
+def _repeated_layers(*stacks):
+    """A sentence when a stack's `layers` lists one layer object several times (that layer's weights then run
+    num_layers times: one layer's parameters instead of num_layers), else ''."""
+    found, kinds = [], []
+    for name, stack in stacks:
+        layers = list(getattr(stack, "layers", []))
+        distinct = len({id(layer) for layer in layers})
+        if distinct < len(layers):
+            found.append(f"{name}.layers lists {len(layers)} layers but holds only {distinct} distinct layer "
+                         f"object{'s' if distinct != 1 else ''}")
+            kinds.append(type(layers[0]).__name__)
+    if not found:
+        return ""
+    return (f"{' and '.join(found)}: the same layer, with one set of weights, runs several times ([layer] * "
+            f"num_layers repeats one object); build each layer with its own call, e.g. "
+            f"nn.ModuleList([{kinds[0]}(...) for _ in range(num_layers)])")
+
+
 # --------------------------------------------------------------------------- positional encoding
 
 def test_sinusoidal_table_values():
@@ -184,7 +202,8 @@ def test_stacks_hold_separate_layers_and_final_norm():
             stack = cls(3, 8, 2, 16, norm_first=norm_first)
             assert isinstance(stack.layers, nn.ModuleList) and len(stack.layers) == 3, (
                 f"{cls.__name__}.layers should be an nn.ModuleList of num_layers=3 layers [{group('stacks')}]")
-            assert len({id(layer) for layer in stack.layers}) == 3, f"{cls.__name__}'s layers must be 3 separate objects [{group('stacks')}]"
+            repeated = _repeated_layers((cls.__name__, stack))
+            assert not repeated, f"{repeated} [{group('stacks')}]"
             if norm_first:
                 assert isinstance(stack.norm, LayerNorm), (
                     f"{cls.__name__}(norm_first=True).norm should be a LayerNorm (of blocks.py) [{group('stacks')}]")
@@ -201,6 +220,8 @@ def test_stacks_match_pytorch(decoder, norm_first, activation):
     cls = Decoder if decoder else Encoder
     mine = cls(3, D, H, D_FF, norm_first=norm_first, activation=activation).double()
     theirs = _torch_stack(decoder, 3, norm_first, activation)
+    repeated = _repeated_layers((cls.__name__, mine))
+    assert not repeated, f"{repeated} [{group('stacks')}]"
     _copy_stack(mine, theirs)
     B, Ls, Lt = 3, 7, 5
     src_mask, tgt_mask = _masks(B, Ls, Lt)
@@ -285,10 +306,47 @@ def test_parameter_count(kwargs):
         body -= 2 * 2 * d                            # post-LN: no final norms
     tables = (1 if kwargs.get("tie_embeddings") else 3) * V * d + V      # embeddings + generator weight, its bias
     got = sum(p.numel() for p in model.parameters())
-    assert got == body + tables, (
-        f"Transformer({V}, {V}, d_model={d}, num_heads={h}, num_layers={n}, d_ff={d_ff}, **{kwargs}) should have "
-        f"{body + tables:,} parameters, got {got:,}: with tie_embeddings one [vocab, d_model] matrix is counted once; "
-        f"the final norms exist only with norm_first=True [{group('size_tying')}]")
+    if got != body + tables:
+        # where the count differs, and what each known mistake's count would be (only a count that one of them gives
+        # exactly is explained)
+        torch_model = nn.Transformer(d, h, n, n, d_ff, batch_first=True)
+        final = 0 if kwargs.get("norm_first") else 2 * d                        # a final norm: weight and bias
+        parts, notes, repeated = [], [], []
+        for name in ("encoder", "decoder"):
+            want = sum(p.numel() for p in getattr(torch_model, name).parameters()) - final
+            have = sum(p.numel() for p in getattr(getattr(model, name, None) or nn.Module(), "parameters")())
+            if have != want:
+                parts.append(f"{name} {have:,} (nn.Transformer{name.capitalize()} of this size: {want:,})")
+                layers = list(getattr(getattr(model, name, None), "layers", []))
+                one = sum(p.numel() for p in getattr(torch_model, name).layers[0].parameters())
+                distinct = len({id(layer) for layer in layers})
+                if distinct < len(layers) and have == want - (n - distinct) * one:
+                    repeated.append((name, getattr(model, name)))
+                elif kwargs.get("norm_first") and have == want - 2 * d:
+                    notes.append(cause("final_norm_missing"))
+                elif not kwargs.get("norm_first") and have == want + 2 * d:
+                    notes.append(cause("final_norm_in_post_ln"))
+        rest = got - sum(p.numel() for name in ("encoder", "decoder")
+                         for p in getattr(getattr(model, name, None) or nn.Module(), "parameters")())
+        if rest != tables:
+            parts.append(f"embeddings and generator {rest:,} (want {tables:,}: "
+                         f"{'one shared' if kwargs.get('tie_embeddings') else 'three'} [{V}, {d}] matri"
+                         f"{'x' if kwargs.get('tie_embeddings') else 'ces'} and the generator's bias)")
+            matrices = (rest - V) / (V * d)
+            if kwargs.get("tie_embeddings") and matrices in (2, 3):
+                notes.append(f"With tie_embeddings=True the count holds {matrices:.0f} separate [{V}, {d}] matrices: "
+                             "the three modules must hold the very same Parameter object (copying the values does not "
+                             "tie them)")
+            elif not kwargs.get("tie_embeddings") and matrices in (1, 2):
+                notes.append(f"Without tie_embeddings the count holds only {matrices:.0f} [{V}, {d}] matri"
+                             f"{'x' if matrices == 1 else 'ces'}: the tables are tied only when tie_embeddings=True")
+        if repeated:
+            notes.insert(0, _repeated_layers(*repeated) + ".")
+        detail = "; ".join(parts)
+        raise AssertionError(
+            f"Transformer({V}, {V}, d_model={d}, num_heads={h}, num_layers={n}, d_ff={d_ff}, **{kwargs}) should have "
+            f"{body + tables:,} parameters, got {got:,}{': ' + detail if detail else ''}"
+            f"{'. ' + ' '.join(notes) if notes else ''} [{group('size_tying')}]")
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor")           # nn.Transformer's own note on pre-LN
@@ -301,6 +359,8 @@ def test_matches_pytorch_transformer(norm_first, activation):
     theirs = nn.Transformer(D, H, n, n, D_FF, dropout=0.0, activation=activation, batch_first=True,
                             norm_first=norm_first, dtype=torch.float64)
     theirs.encoder.use_nested_tensor = False
+    repeated = _repeated_layers(("encoder", mine.encoder), ("decoder", mine.decoder))
+    assert not repeated, f"{repeated} [{group('model')}]"
     if not norm_first:
         theirs.encoder.norm = None          # post-LN: our stacks have no final norm
         theirs.decoder.norm = None
@@ -399,7 +459,10 @@ def test_model_passes_every_setting_on():
         f"Transformer(dropout={p}).pos_encoding in training mode drops {share:.0%} of x + pe[:L], not about {p:.0%} "
         f"(the rest divided by 1 - p): pass dropout on to PositionalEncoding(d_model, max_len, dropout) [{group('model')}]")
     attentions = [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
-    assert len(attentions) == 6, f"a 2-layer model should hold 6 MultiHeadAttention modules, found {len(attentions)} [{group('stacks')}]"
+    repeated = _repeated_layers(("encoder", model.encoder), ("decoder", model.decoder))
+    assert len(attentions) == 6, (
+        f"a 2-layer model should hold 6 MultiHeadAttention modules, found {len(attentions)}"
+        f"{': ' + repeated if repeated else ''} [{group('stacks')}]")
     model.eval()
     model(src, tgt)
     live = {name: m.attn_weights > 0 for name, m in attentions}         # the weights no mask has blocked

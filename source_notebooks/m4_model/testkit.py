@@ -23,6 +23,7 @@ GROUPS = {
 }
 
 CAUSES = {
+    'final_norm_in_post_ln': "post-LN layers already end with a norm: the stack's final LayerNorm belongs to pre-LN only (norm = LayerNorm(d_model) if norm_first else None).",
     'final_norm_missing': 'pre-LN needs a final LayerNorm after the last layer (norm = LayerNorm(d_model) when norm_first), applied in forward.',
 }
 

@@ -79,17 +79,24 @@ def _no_eos(model):
     return model
 
 
-def _greedy_problems(model, src, src_mask, tokens, max_len, eos=EOS, pad=PAD):
+def _greedy_problems(model, src, src_mask, tokens, max_len, eos=EOS, pad=PAD, positions=None):
     """What makes `tokens` not greedy's output. One teacher-forced pass in eval mode (not a decoding loop)
     gives the model's argmax after every prefix of every row; before a row's eos each token must be that
-    argmax, after it every token must be pad; a row without eos must run to max_len."""
+    argmax, after it every token must be pad; a row without eos must run to max_len. `positions`: another
+    positional table for the target in that pass (a known mistake's positions), else the model's own."""
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        memory = model.encode(src, src_mask)
-        out = model.decode(tokens[:, :-1], memory, src_mask, causal_mask(tokens.size(1) - 1))
-        best = model.generator(out).argmax(-1).tolist()                       # [B, T - 1]
-    model.train(was_training)
+    table = model.pos_encoding.pe
+    try:
+        with torch.no_grad():
+            memory = model.encode(src, src_mask)
+            if positions is not None:
+                model.pos_encoding.pe = positions(table)
+            out = model.decode(tokens[:, :-1], memory, src_mask, causal_mask(tokens.size(1) - 1))
+            best = model.generator(out).argmax(-1).tolist()                   # [B, T - 1]
+    finally:
+        model.pos_encoding.pe = table
+        model.train(was_training)
     problems = []
     for b, row in enumerate(tokens.tolist()):
         ended = False
@@ -105,6 +112,50 @@ def _greedy_problems(model, src, src_mask, tokens, max_len, eos=EOS, pad=PAD):
         if not ended and len(row) != max_len + 1:
             problems.append(f"row {b} has no eos, so it should run to max_len={max_len} tokens, got {len(row) - 1}")
     return problems
+
+
+ARG_NAMES = ("model", "src", "src_mask", "max_len", "bos_id", "eos_id", "pad_id")
+
+
+def _words(value):
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')} tensor [{', '.join(map(str, value.shape))}]"
+    if isinstance(value, torch.Generator):
+        return "a seeded torch.Generator"
+    if isinstance(value, nn.Module):
+        kind = "a scripted model" if isinstance(value, _Scripted) else f"a {type(value).__name__}"
+        return f"{kind} in {'train' if value.training else 'eval'} mode"
+    return repr(value)
+
+
+def _attempt(fn, *args, **kwargs):
+    """(fn(*args, **kwargs), None), or (None, the exception it raised)."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:                                       # noqa: BLE001 (reported, never hidden)
+        return None, exc
+
+
+def _raised(fn, args, kwargs, exc, where, hint=""):
+    """The failure message for a call that raised: which call, with which inputs, raised what."""
+    shown = [f"{n}={_words(a)}" for n, a in zip(ARG_NAMES, args)] + [f"{k}={_words(v)}" for k, v in kwargs.items()]
+    return (f"{fn.__name__}({', '.join(shown)}) raised {type(exc).__name__}: {str(exc).strip() or '(no message)'}"
+            f"{hint} {where}")
+
+
+def _call(where, fn, *args, **kwargs):
+    """fn(*args, **kwargs); if it raises, the test fails saying which call with which inputs raised what."""
+    out, exc = _attempt(fn, *args, **kwargs)
+    if exc is not None:
+        raise AssertionError(_raised(fn, args, kwargs, exc, where)) from exc
+    return out
+
+
+def _pair(out, where):
+    """beam_search's (tokens, scores)."""
+    assert isinstance(out, tuple) and len(out) == 2, (
+        f"beam_search should return a pair (tokens [B, T], scores [B]), got {type(out).__name__} {where}")
+    return out
 
 
 GROUP_OF = {"greedy_decode": "greedy", "sample_decode": "sampling", "beam_search": "beam",
@@ -128,6 +179,19 @@ def _check_format(tokens, B, max_len, name, bos=BOS, eos=EOS, pad=PAD):
                 hint = f" {cause('no_pad_after_eos')}"
             assert all(t == pad for t in after), (
                 f"{name}: after eos every position should be pad_id={pad}, got row {row}{hint} {where}")
+
+
+# The positions a cached decoder gives its new tokens by known mistakes, as tables for the teacher-forced pass:
+# row t of the table is what the token at position t gets.
+CACHED_POSITIONS = [(lambda pe: torch.cat([pe[1:], pe[-1:]]), cause("cached_position_off_by_one")),   # pe[t + 1]
+                    (lambda pe: pe[:1].expand_as(pe), cause("cached_position_zero"))]                  # pe[0]
+
+
+def _cached_hint(model, src, src_mask, tokens, max_len):
+    """The known mistake of the cached decoder's positions that gives exactly these tokens, if exactly one does."""
+    fits = [told for positions, told in CACHED_POSITIONS
+            if not _greedy_problems(model, src, src_mask, tokens, max_len, positions=positions)]
+    return f" {fits[0]}" if len(fits) == 1 else ""
 
 
 def _strip(tokens, pad=PAD):
@@ -211,7 +275,7 @@ def _modes_ok(head, name, grp):
 
 def test_greedy_is_the_argmax_after_every_prefix(any_real_model):
     model = any_real_model
-    got = greedy_decode(model, SRC, SRC_MASK, 10, BOS, EOS, PAD)
+    got = _call(f"[{group('greedy')}]", greedy_decode, model, SRC, SRC_MASK, 10, BOS, EOS, PAD)
     assert model.training, f"greedy_decode should put the model back in the mode it found (train here) [{group('modes')}]"
     _check_format(got, 4, 10, "greedy_decode")
     problems = _greedy_problems(model, SRC, SRC_MASK, got, 10)
@@ -222,7 +286,7 @@ def test_greedy_is_the_argmax_after_every_prefix(any_real_model):
 
 def test_greedy_copies_with_the_copying_oracle():
     model = _copy_model()
-    got = greedy_decode(model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD)
+    got = _call(f"[{group('greedy')}]", greedy_decode, model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD)
     _check_format(got, 4, 8, "greedy_decode", C_BOS, C_EOS, C_PAD)
     assert _strip(got, C_PAD).tolist() == C_WANT, (
         f"with pad 5, bos 6, eos 7 and a model that copies its source, greedy_decode should give {C_WANT} "
@@ -240,7 +304,8 @@ def test_greedy_copies_with_the_copying_oracle():
 
 def test_greedy_stops_at_max_len():
     model = _no_eos(_random_model()).eval()
-    got = greedy_decode(model, SRC, SRC_MASK, 5, BOS, EOS, PAD)
+    got = _call(f"[{group('greedy')}]", greedy_decode, model, SRC, SRC_MASK, 5, BOS, EOS, PAD)
+    _check_format(got, 4, 5, "greedy_decode")
     assert got.shape == (4, 6), (
         f"with no eos and max_len=5 the result should be [B, max_len + 1] = (4, 6), got {tuple(got.shape)} [{group('greedy')}]")
     assert not model.training, (
@@ -252,20 +317,21 @@ def test_greedy_stops_at_max_len():
 
 def test_cached_greedy_gives_greedy_tokens(any_real_model):
     model = any_real_model
-    got = greedy_decode_cached(model, SRC, SRC_MASK, 10, BOS, EOS, PAD)
+    got = _call(f"[{group('kv_cache')}]", greedy_decode_cached, model, SRC, SRC_MASK, 10, BOS, EOS, PAD)
     assert model.training, (
         f"greedy_decode_cached should put the model back in the mode it found (train here) [{group('modes')}]")
     _check_format(got, 4, 10, "greedy_decode_cached")
     kind = "pre-LN" if model.decoder.norm is not None else "post-LN"
     problems = _greedy_problems(model, SRC, SRC_MASK, got, 10)
     assert not problems, (
-        f"greedy_decode_cached ({kind}) should give greedy's tokens; it gave {got.tolist()}: {problems[0]} "
-        f"[{group('kv_cache')}]")
+        f"greedy_decode_cached ({kind}) should give greedy's tokens; it gave {got.tolist()}: {problems[0]}"
+        f"{_cached_hint(model, SRC, SRC_MASK, got, 10)} [{group('kv_cache')}]")
 
 
 def test_cached_greedy_runs_to_max_len():
     model = _no_eos(_random_model(norm_first=True)).eval()
-    got = greedy_decode_cached(model, SRC, SRC_MASK, 9, BOS, EOS, PAD)
+    got = _call(f"[{group('kv_cache')}]", greedy_decode_cached, model, SRC, SRC_MASK, 9, BOS, EOS, PAD)
+    _check_format(got, 4, 9, "greedy_decode_cached")
     assert not model.training, (
         f"greedy_decode_cached was called in eval mode and should leave the model in eval mode (put back the mode "
         f"it found) [{group('modes')}]")
@@ -274,7 +340,8 @@ def test_cached_greedy_runs_to_max_len():
         f"[{group('kv_cache')}]")
     problems = _greedy_problems(model, SRC, SRC_MASK, got, 9)
     assert not problems, (
-        f"greedy_decode_cached (pre-LN, 9 steps) should give greedy's tokens; {problems[0]} [{group('kv_cache')}]")
+        f"greedy_decode_cached (pre-LN, 9 steps) should give greedy's tokens; {problems[0]}"
+        f"{_cached_hint(model, SRC, SRC_MASK, got, 9)} [{group('kv_cache')}]")
 
 
 class _MultiplyWork(torch.overrides.TorchFunctionMode):
@@ -329,7 +396,7 @@ def test_cached_step_work_does_not_grow_and_memory_is_projected_once():
     work, memory_shaped = {}, {}
     for n in (2, 3, 5, 6):
         with _MultiplyWork() as counter:
-            greedy_decode_cached(model, src, src_mask, n, BOS, EOS, PAD)
+            _call(f"[{group('kv_cache')}]", greedy_decode_cached, model, src, src_mask, n, BOS, EOS, PAD)
         work[n] = counter.work
         memory_shaped[n] = sum(1 for _, shapes in counter.calls if any(sh[-2:] == (7, 16) for sh in shapes if len(sh) >= 2))
     early, late = work[3] - work[2], work[6] - work[5]
@@ -352,14 +419,19 @@ def test_cached_step_work_does_not_grow_and_memory_is_projected_once():
 
 @pytest.mark.parametrize("temperature", [0.0, -0.5])
 def test_sampling_rejects_bad_temperature(real_model, temperature):
-    with pytest.raises(ValueError):
-        sample_decode(real_model, SRC, SRC_MASK, 10, BOS, EOS, PAD, temperature=temperature)
+    args, kw = (real_model, SRC, SRC_MASK, 10, BOS, EOS, PAD), {"temperature": temperature}
+    _, exc = _attempt(sample_decode, *args, **kw)
+    assert isinstance(exc, ValueError), (
+        _raised(sample_decode, args, kw, exc, f"[{group('sampling')}]", hint=": it should raise ValueError (temperature "
+                "must be > 0), checked before any work") if exc is not None else
+        f"sample_decode(..., temperature={temperature}) returned without raising: it should raise ValueError "
+        f"(temperature must be > 0), checked before any work [{group('sampling')}]")
 
 
 def test_sampling_is_reproducible_and_degenerates_to_greedy(real_model):
     model = real_model
-    runs = [sample_decode(model, SRC, SRC_MASK, 10, BOS, EOS, PAD, temperature=1.5,
-                          generator=torch.Generator().manual_seed(s)) for s in (7, 7)]
+    runs = [_call(f"[{group('sampling')}]", sample_decode, model, SRC, SRC_MASK, 10, BOS, EOS, PAD, temperature=1.5,
+                  generator=torch.Generator().manual_seed(s)) for s in (7, 7)]
     _check_format(runs[0], 4, 10, "sample_decode")
     assert torch.equal(runs[0], runs[1]), (
         f"two runs with generators seeded alike should give the same tokens: pass generator=generator to "
@@ -369,7 +441,17 @@ def test_sampling_is_reproducible_and_degenerates_to_greedy(real_model):
               dict(temperature=1e-3, generator=torch.Generator().manual_seed(0))),
              ("a tiny top_p (only the most probable token is kept)", dict(temperature=2.0, top_p=1e-6))]
     for what, kw in cases:
-        got = sample_decode(model, SRC, SRC_MASK, 10, BOS, EOS, PAD, **kw)
+        args = (model, SRC, SRC_MASK, 10, BOS, EOS, PAD)
+        got, exc = _attempt(sample_decode, *args, **kw)
+        if exc is not None:
+            hint = ""
+            if "top_p" in kw and str(exc) == _EMPTY_ROW_ERROR:
+                # top-p keeping a token only while the total INCLUDING it stays below top_p keeps no token at all when
+                # the most probable one alone reaches top_p (always, with top_p=1e-6 and V=10: it is >= 0.1); a row of
+                # -inf gives NaN probabilities and torch.multinomial this very error
+                hint = f": the top-p rule keeps no token at all here. {cause('top_p_drops_crossing_token')}"
+            raise AssertionError(_raised(sample_decode, args, kw, exc, f"[{group('sampling')}]", hint)) from exc
+        _check_format(got, 4, 10, "sample_decode")
         problems = _greedy_problems(model, SRC, SRC_MASK, got, 10)
         assert not problems, f"with {what} sampling should give greedy's tokens: {problems[0]} [{group('sampling')}]"
     assert model.training, f"sample_decode should put the model back in the mode it found [{group('modes')}]"
@@ -377,7 +459,7 @@ def test_sampling_is_reproducible_and_degenerates_to_greedy(real_model):
 
 def test_sampling_with_the_copying_oracle():
     model = _copy_model()
-    got = sample_decode(model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD, top_k=1)
+    got = _call(f"[{group('sampling')}]", sample_decode, model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD, top_k=1)
     _check_format(got, 4, 8, "sample_decode", C_BOS, C_EOS, C_PAD)
     assert _strip(got, C_PAD).tolist() == C_WANT, (
         f"with pad 5, bos 6, eos 7, top_k=1 and a model that copies its source, sample_decode should give "
@@ -388,42 +470,89 @@ def test_sampling_with_the_copying_oracle():
     _modes_ok(model.generator, "sample_decode", "sampling")
 
 
-# The first token is drawn from `probs` (by 200 rows, max_len=1). allowed: what may be drawn; seen: what
-# must appear. Worked out by hand from the docstring's recipe (temperature, then top-k, then top-p on the
-# softmax of what top-k kept, keeping a token while the total before it is < top_p).
+def _error_of(computation):
+    try:
+        computation()
+    except Exception as exc:                                       # noqa: BLE001
+        return str(exc)
+    return None
+
+
+# What torch.multinomial says when a row's probabilities are NaN (the softmax of a row whose logits are all -inf).
+_EMPTY_ROW_ERROR = _error_of(lambda: torch.multinomial(torch.softmax(torch.full((1, C_V), -math.inf), -1), 1))
+_NO_TOKEN_LEFT = f"error: {_EMPTY_ROW_ERROR}"
+# What torch.topk and indexing say for a k above the vocabulary (C_V = 8 tokens, top_k = 13).
+_TOP_K_ERRORS = {f"error: {_error_of(lambda: torch.zeros(1, C_V).topk(C_V + 5))}",
+                 f"error: {_error_of(lambda: torch.zeros(1, C_V).sort(descending=True).values[:, C_V + 4])}"}
+
+# The first token is drawn from `probs` (by 200 rows, max_len=1; the 8 - len(probs) tokens not listed share a mass
+# of 1e-9). allowed: what may be drawn; seen: what must appear. Worked out by hand from the docstring's recipe
+# (temperature, then top-k, then top-p on the softmax of what top-k kept, keeping a token while the total before
+# it is < top_p). `known`: what each known mistake gives on this case, worked out by hand the same way (the set of
+# tokens its draws come from, or the error torch raises); a failure names a mistake only when exactly one of them
+# gives what the code gave.
+#   top_p_drops_crossing_token: keep a token while the total up to AND including it is < top_p (none may be left)
+#   top_p_not_scattered_back: the top-p mask, in sorted order, laid on the vocabulary order (tokens 0, 1, ...)
+#   top_p_before_top_k_renormalised / top_p_on_raw_probabilities: top-p on the probabilities before top-k (tempered /
+#       untempered); temperature_after_filter: top-p on the untempered probabilities
+#   top_k_minus_one / top_k_plus_one: k - 1 or k + 1 tokens; top_k_not_clamped: torch.topk (or indexing) fails
 FILTER_CASES = {
-    # top-k 2 keeps 3 (.4) and 4 (.3): renormalised .571 and .429; top-p .5 on that keeps 3 only
+    # top-k 2 keeps 3 (.4) and 4 (.3): renormalised .571 and .429; top-p .5 on that keeps 3 only. Before top-k the
+    # totals are 0, .4: 3 and 4. Including each token: .571 >= .5, nothing is kept. In sorted order [keep, drop, ...]
+    # laid on the vocabulary: token 0 alone, which top-k has removed: nothing is left.
     "top_k_then_top_p": ({3: .4, 4: .3, 5: .2, 6: .1}, dict(top_k=2, top_p=0.5), {3}, {3},
-                         cause("top_p_before_top_k_renormalised")),
-    "top_k": ({3: .4, 4: .3, 5: .2, 6: .1}, dict(top_k=2), {3, 4}, {3, 4}, None),
-    # totals before each token, most probable first: 0, .4, .7: keep 3 and 4 (4 crosses .6 and is kept)
+                         [({3, 4}, cause("top_p_before_top_k_renormalised")), ({3, 4}, cause("top_p_on_raw_probabilities")),
+                          (_NO_TOKEN_LEFT, cause("top_p_drops_crossing_token")),
+                          (_NO_TOKEN_LEFT, cause("top_p_not_scattered_back")),
+                          ({3, 4}, cause("top_k_plus_one"))]),
+    "top_k": ({3: .4, 4: .3, 5: .2, 6: .1}, dict(top_k=2), {3, 4}, {3, 4},
+              [({3}, cause("top_k_minus_one")), ({3, 4, 5}, cause("top_k_plus_one"))]),
+    # totals before each token, most probable first: 0, .4, .7: keep 3 and 4 (4 crosses .6 and is kept). Including
+    # each token: .4, .7: 3 alone. In sorted order [keep, keep, drop, ...] laid on the vocabulary: tokens 0 and 1.
     "top_p_keeps_the_crossing_token": ({3: .4, 4: .3, 5: .2, 6: .1}, dict(top_p=0.6), {3, 4}, {3, 4},
-                                       cause("top_p_drops_crossing_token")),
-    # temperature 0.5 first: .5 .3 .2 become .658 .237 .105, so top-p .6 keeps 3 alone (untempered: 3 and 4)
+                                       [({3}, cause("top_p_drops_crossing_token")),
+                                        ({0, 1}, cause("top_p_not_scattered_back"))]),
+    # temperature 0.5 first: .5 .3 .2 become .658 .237 .105, so top-p .6 keeps 3 alone (untempered: 3 and 4).
+    # Including each token: .658 >= .6, nothing is kept. In sorted order [keep, drop, ...]: token 0.
     "temperature_before_top_p": ({3: .5, 4: .3, 5: .2}, dict(temperature=0.5, top_p=0.6), {3}, {3},
-                                 cause("temperature_after_filter")),
-    # the most probable tokens are 7 and 4: the kept set must be mapped back to vocabulary order
+                                 [({3, 4}, cause("temperature_after_filter")), ({3, 4}, cause("top_p_on_raw_probabilities")),
+                                  (_NO_TOKEN_LEFT, cause("top_p_drops_crossing_token")),
+                                  ({0}, cause("top_p_not_scattered_back"))]),
+    # the most probable tokens are 7 and 4: the kept set must be mapped back to vocabulary order. Totals including
+    # each token: .5, .8: 7 alone. In sorted order [keep, keep, drop, ...] laid on the vocabulary: tokens 0 and 1.
     "top_p_in_vocabulary_order": ({7: .5, 4: .3, 3: .2}, dict(top_p=0.6), {7, 4}, {7, 4},
-                                  cause("top_p_not_scattered_back")),
+                                  [({7}, cause("top_p_drops_crossing_token")),
+                                   ({0, 1}, cause("top_p_not_scattered_back"))]),
     # top_k larger than the vocabulary keeps everything
-    "top_k_above_V": ({3: .4, 4: .3, 5: .3}, dict(top_k=C_V + 5), {3, 4, 5}, {3, 4, 5}, None),
+    "top_k_above_V": ({3: .4, 4: .3, 5: .3}, dict(top_k=C_V + 5), {3, 4, 5}, {3, 4, 5},
+                      [(error, cause("top_k_not_clamped")) for error in _TOP_K_ERRORS]),
 }
 
 
 @pytest.mark.parametrize("case", list(FILTER_CASES))
 def test_sampling_filters_on_a_known_distribution(case):
-    probs, kw, allowed, seen, mistake = FILTER_CASES[case]
+    probs, kw, allowed, seen, known = FILTER_CASES[case]
     model = _Scripted(lambda source, prefix: probs if len(prefix) == 1 else {C_EOS: 1.0}, C_V, C_PAD)
     src = torch.full((200, 2), 3)
-    got = sample_decode(model, src, src[:, None, :] != C_PAD, 1, C_BOS, C_EOS, C_PAD,
-                        generator=torch.Generator().manual_seed(0), **{"temperature": 1.0, **kw})
-    assert got.shape == (200, 2), f"max_len=1 should give [B, 2] = (200, 2), got {tuple(got.shape)} [{group('sampling')}]"
-    drawn = set(got[:, 1].tolist())
-    told = f" {mistake}" if mistake else ""
+    args = (model, src, src[:, None, :] != C_PAD, 1, C_BOS, C_EOS, C_PAD)
+    kwargs = {"generator": torch.Generator().manual_seed(0), "temperature": 1.0, **kw}
+    got, exc = _attempt(sample_decode, *args, **kwargs)
     settings = ", ".join(f"{k}={v}" for k, v in kw.items())
+    if exc is not None:
+        fits = [told for answer, told in known if answer == f"error: {exc}"]
+        raise AssertionError(_raised(
+            sample_decode, args, kwargs, exc, f"[{group('sampling')}]",
+            f" (first-token probabilities {probs} with {settings}: {sorted(allowed)} may be drawn)"
+            + (f" {fits[0]}" if len(fits) == 1 else ""))) from exc
+    assert isinstance(got, torch.Tensor) and got.shape == (200, 2), (
+        f"max_len=1 should give [B, 2] = (200, 2), got {tuple(getattr(got, 'shape', ())) or type(got).__name__} "
+        f"[{group('sampling')}]")
+    drawn = set(got[:, 1].tolist())
+    fits = [told for answer, told in known if answer == drawn]
     assert drawn <= allowed and seen <= drawn, (
         f"first-token probabilities {probs} with {settings}: only {sorted(allowed)} may be drawn (and in 200 draws "
-        f"{sorted(seen)} should all appear); got {sorted(drawn)}{told} [{group('sampling')}]")
+        f"{sorted(seen)} should all appear); got {sorted(drawn)}{' ' + fits[0] if len(fits) == 1 else ''} "
+        f"[{group('sampling')}]")
 
 
 def test_sampling_draw_is_one_multinomial_with_the_generator():
@@ -431,8 +560,9 @@ def test_sampling_draw_is_one_multinomial_with_the_generator():
     model = _Scripted(lambda source, prefix: {3: .4, 4: .3, 5: .2, 6: .1} if len(prefix) == 1 else {C_EOS: 1.0},
                       C_V, C_PAD)
     src = torch.full((50, 2), 3)
-    got = sample_decode(model, src, src[:, None, :] != C_PAD, 1, C_BOS, C_EOS, C_PAD, top_k=2,
-                        generator=torch.Generator().manual_seed(123))
+    got = _call(f"[{group('sampling')}]", sample_decode, model, src, src[:, None, :] != C_PAD, 1, C_BOS, C_EOS, C_PAD,
+                top_k=2, generator=torch.Generator().manual_seed(123))
+    _check_format(got, 50, 1, "sample_decode", C_BOS, C_EOS, C_PAD)
     probs = torch.zeros(50, C_V, dtype=torch.float64)
     probs[:, 3], probs[:, 4] = .4 / .7, .3 / .7
     want = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(123))[:, 0]
@@ -449,8 +579,8 @@ def test_top_k_keeps_only_the_k_best_first_tokens():
         memory = model.encode(src, src_mask)
         first_logits = model.generator(model.decode(torch.full((200, 1), BOS), memory, src_mask)[:, -1])
     allowed = first_logits.topk(3, dim=-1).indices                              # [200, 3]
-    got = sample_decode(model, src, src_mask, 1, BOS, EOS, PAD, temperature=5.0, top_k=3,
-                        generator=torch.Generator().manual_seed(0))
+    got = _call(f"[{group('sampling')}]", sample_decode, model, src, src_mask, 1, BOS, EOS, PAD, temperature=5.0,
+                top_k=3, generator=torch.Generator().manual_seed(0))
     assert got.shape == (200, 2), f"max_len=1 should give [B, 2], got {tuple(got.shape)} [{group('sampling')}]"
     assert (got[:, 1:2] == allowed).any(dim=1).all(), (
         f"with top_k=3 every first token must be one of the 3 largest logits [{group('sampling')}]")
@@ -462,7 +592,8 @@ def test_top_k_keeps_only_the_k_best_first_tokens():
 # ----------------------------------------------------------------------------------- beam search
 
 def test_beam_size_one_is_greedy(real_model):
-    tokens, scores = beam_search(real_model, SRC, SRC_MASK, 10, BOS, EOS, PAD, beam_size=1)
+    where = f"[{group('beam')}]"
+    tokens, scores = _pair(_call(where, beam_search, real_model, SRC, SRC_MASK, 10, BOS, EOS, PAD, beam_size=1), where)
     _check_format(tokens, 4, 10, "beam_search")
     assert scores.shape == (4,), f"scores should be [B] = (4,), got {tuple(scores.shape)} [{group('beam')}]"
     problems = _greedy_problems(real_model, SRC, SRC_MASK, tokens, 10)
@@ -470,8 +601,9 @@ def test_beam_size_one_is_greedy(real_model):
     assert real_model.training, f"beam_search should put the model back in the mode it found [{group('modes')}]"
 
 
-def _exhaustive_best(model, src, src_mask, max_len, alpha):
-    """Best GNMT-normalised hypothesis by enumerating every token sequence (tiny V only)."""
+def _exhaustive_best(model, src, src_mask, max_len, alpha, ends=None):
+    """Best GNMT-normalised hypothesis by enumerating every token sequence (tiny V only). `ends`, if given, a dict
+    that receives every complete hypothesis: tuple(tokens) -> summed log-probability."""
     best = (-math.inf, None)
     with torch.no_grad():
         memory = model.encode(src, src_mask)
@@ -485,6 +617,8 @@ def _exhaustive_best(model, src, src_mask, max_len, alpha):
             nonlocal best
             n = len(prefix) - 1
             if (n and prefix[-1] == EOS) or n == max_len:
+                if ends is not None:
+                    ends[tuple(prefix)] = total
                 score = total / ((5 + n) / 6) ** alpha
                 if score > best[0]:
                     best = (score, prefix)
@@ -509,18 +643,40 @@ def test_wide_beam_finds_the_exhaustive_best(seed, alpha):
         model.generator.bias.copy_(torch.tensor([-1e9, -1e9, 0.0, 0.0, 0.0, 0.0]))
     src = torch.tensor([[3, 4, 5]])
     src_mask = torch.ones(1, 1, 3, dtype=torch.bool)
-    want_score, want_tokens = _exhaustive_best(model, src, src_mask, 3, alpha)
-    tokens, scores = beam_search(model, src, src_mask, 3, BOS, EOS, PAD, beam_size=216, length_penalty=alpha)
+    ends = {}
+    want_score, want_tokens = _exhaustive_best(model, src, src_mask, 3, alpha, ends)
+    where = f"[{group('beam')}]"
+    tokens, scores = _pair(_call(where, beam_search, model, src, src_mask, 3, BOS, EOS, PAD, beam_size=216,
+                                 length_penalty=alpha), where)
+    _check_format(tokens, 1, 3, "beam_search")
+    assert isinstance(scores, torch.Tensor) and scores.shape == (1,), (
+        f"scores should be a [B] = (1,) tensor, got {tuple(getattr(scores, 'shape', ())) or type(scores).__name__} {where}")
     assert scores.dtype == torch.float64, (
         f"scores should be in the model's dtype (float64 here), got {scores.dtype} [{group('beam')}]")
     assert tokens.shape[0] == 1 and tokens.shape[1] >= len(want_tokens), (
         f"expected [B, T] = [1, >= {len(want_tokens)}] tokens, got {tuple(tokens.shape)} [{group('beam')}]")
     got = tokens[0].tolist()
     want_row = want_tokens + [PAD] * (len(got) - len(want_tokens))
+    # the final choice over every complete hypothesis (prefix, sum, n) as known mistakes make it: (tokens, score)
+    hyps = [(list(p), s, len(p) - 1, p[-1] == EOS) for p, s in ends.items()]
+    norm = lambda s, n: s / ((5 + n) / 6) ** alpha                                        # noqa: E731
+    pick = lambda pool, key: max(pool, key=key)                                           # noqa: E731
+    known = []
+    for n_of, told in ((lambda n, done: 3, cause("length_counts_pads")), (lambda n, done: n + 1, cause("length_counts_bos")),
+                       (lambda n, done: n - done, cause("length_without_eos"))):
+        p, s, n, done = pick(hyps, lambda h: norm(h[1], n_of(h[2], h[3])))
+        known.append((p, norm(s, n_of(n, done)), told))
+    p, s, n, _ = pick([h for h in hyps if h[3]], lambda h: norm(h[1], h[2]))
+    known.append((p, norm(s, n), cause("winner_among_finished_only")))
+    p, s, n, _ = pick(hyps, lambda h: h[1])
+    known.append((p, norm(s, n), cause("length_penalty_forgotten")))
+    known.append((want_tokens, ends[tuple(want_tokens)], cause("scores_not_normalised")))
+    fits = {told for p, s, told in known if p == _strip(tokens)[0].tolist() and math.isclose(
+        scores[0].item(), s, rel_tol=1e-6, abs_tol=1e-9)}
     assert math.isclose(scores[0].item(), want_score, rel_tol=1e-6, abs_tol=1e-9), (
         f"a beam wide enough to keep every hypothesis (V=6, max_len=3) must find the best normalised score "
-        f"sum_logprob / ((5 + n) / 6) ** {alpha} = {want_score:.6f} ({want_tokens}), got {scores[0].item():.6f} ({got}) "
-        f"[{group('beam')}]")
+        f"sum_logprob / ((5 + n) / 6) ** {alpha} = {want_score:.6f} ({want_tokens}), got {scores[0].item():.6f} ({got})"
+        f"{' ' + fits.pop() if len(fits) == 1 else ''} [{group('beam')}]")
     assert got == want_row, f"expected the tokens {want_row}, got {got} [{group('beam')}]"
     assert not model.training, (
         f"beam_search was called in eval mode and should leave the model in eval mode (put back the mode it found) "
@@ -547,6 +703,51 @@ def _tree_rule(source, prefix):
     return {EOS: .6, 4: .3}
 
 
+# What known mistakes give on the two trees (tokens without trailing pads, and the score), worked out by hand as in
+# the test's comments, each item searched alone; a failure names a mistake only when exactly one of them gives the
+# failing tree's tokens and score.
+_XXXX_1 = math.log(.5) + 2 * math.log(.98) + math.log(.52)                                          # tree 1's xxxx: -1.387
+_XXXXX_1 = _XXXX_1 + math.log(.35)                                                                  # tree 1's xxxxx: -2.437
+_XXXXX_2 = math.log(.45) + 4 * math.log(.99)                                                        # tree 2's xxxxx: -0.839
+TREE_MISTAKES = [
+    # n counts the pads after eos: every hypothesis has n = 5 at the end; eos wins both trees
+    (([BOS, EOS], math.log(.45) / (10 / 6) ** 2), ([BOS, EOS], math.log(.5) / (10 / 6) ** 2), cause("length_counts_pads")),
+    # stopping once slot 0 (the best summed log-probability) has finished: tree 1 stops at step 4 with eos and xxxx
+    # (normalised -0.616 beats -0.799), tree 2 at step 1 with eos (n = 1)
+    (([BOS, 3, 3, 3, 3], _XXXX_1 / 1.5 ** 2), ([BOS, EOS], math.log(.5)), cause("stops_when_best_finished")),
+    # stopping once the best normalised hypothesis has finished, the winner among finished hypotheses only, or the
+    # raw sum for the final choice: eos wins both trees, each with its own n = 1
+    (([BOS, EOS], math.log(.45)), ([BOS, EOS], math.log(.5)), cause("stops_when_best_finished")),
+    (([BOS, EOS], math.log(.45)), ([BOS, EOS], math.log(.5)), cause("winner_among_finished_only")),
+    (([BOS, EOS], math.log(.45)), ([BOS, EOS], math.log(.5)), cause("length_penalty_forgotten")),
+    # n counts bos: eos at n = 2, xxxxx at n = 6
+    (([BOS, EOS], math.log(.45) / (7 / 6) ** 2), ([BOS, 3, 3, 3, 3, 3], _XXXXX_2 / (11 / 6) ** 2), cause("length_counts_bos")),
+    # the winner's raw sum as its score
+    (([BOS, EOS], math.log(.45)), ([BOS, 3, 3, 3, 3, 3], _XXXXX_2), cause("scores_not_normalised")),
+    # beam_size copies of [bos] at score 0: both slots take x at step 1 in tree 1, eos in tree 2
+    (([BOS, 3, 3, 3, 3, 3], _XXXXX_1 / (10 / 6) ** 2), ([BOS, EOS], math.log(.5)), cause("duplicate_start_beams")),
+    # these four give the same answers (tree 1's eos leaves the beam, or loses when n leaves out eos): none is named
+    (([BOS, 3, 3, 3, 3, 3], _XXXXX_1 / (10 / 6) ** 2), ([BOS, 3, 3, 3, 3, 3], _XXXXX_2 / (10 / 6) ** 2),
+     cause("normalised_every_step")),
+    (([BOS, 3, 3, 3, 3, 3], _XXXXX_1 / (10 / 6) ** 2), ([BOS, 3, 3, 3, 3, 3], _XXXXX_2 / (10 / 6) ** 2),
+     cause("length_without_eos")),
+    (([BOS, 3, 3, 3, 3, 3], _XXXXX_1 / (10 / 6) ** 2), ([BOS, 3, 3, 3, 3, 3], _XXXXX_2 / (10 / 6) ** 2),
+     cause("finished_beams_pay_for_pad")),
+    (([BOS, 3, 3, 3, 3, 3], _XXXXX_1 / (10 / 6) ** 2), ([BOS, 3, 3, 3, 3, 3], _XXXXX_2 / (10 / 6) ** 2),
+     cause("finished_beams_extended")),
+]
+
+
+def _tree_hint(rows, scores, i):
+    """The one known mistake that gives tree i's tokens (trailing pads dropped) and score, if only one does."""
+    if not (isinstance(scores, torch.Tensor) and scores.shape == (2,)):
+        return ""
+    got = scores.tolist()[i]
+    fits = {answers[-1] for answers in TREE_MISTAKES
+            if rows[i] == answers[i][0] and math.isclose(got, answers[i][1], rel_tol=1e-5)}
+    return f" {fits.pop()}" if len(fits) == 1 else ""
+
+
 def test_beam_on_hand_written_trees():
     # beam_size 2, length_penalty 2 (n = 1, 2, 3, 4, 5 divide by 1, 1.361, 1.778, 2.25, 2.778), max_len 5.
     # Tree 1. Step 1 keeps x (ln .5 = -0.693) and eos (ln .45 = -0.799, finished). Steps 2, 3: xx -0.713 and
@@ -558,50 +759,62 @@ def test_beam_on_hand_written_trees():
     # -0.839 / 2.778 = -0.302 beats eos's -0.693. Result: [bos, x, x, x, x, x], score -0.302.
     model = _Scripted(_tree_rule, 6, PAD).train()
     src = torch.tensor([[3], [4]])
-    tokens, scores = beam_search(model, src, (src != PAD)[:, None, :], 5, BOS, EOS, PAD, beam_size=2, length_penalty=2.0)
+    where = f"[{group('beam')}]"
+    tokens, scores = _pair(_call(where, beam_search, model, src, (src != PAD)[:, None, :], 5, BOS, EOS, PAD, beam_size=2,
+                                 length_penalty=2.0), where)
     _check_format(tokens, 2, 5, "beam_search")
     want = [[BOS, EOS], [BOS, 3, 3, 3, 3, 3]]
     want_scores = [math.log(.45), (math.log(.45) + 4 * math.log(.99)) / (10 / 6) ** 2]
-    got = [row[:len(w)] if all(t == PAD for t in row[len(w):]) else row for row, w in zip(tokens.tolist(), want)]
-    hints = {(0, (BOS, 3, 3, 3, 3, 3)): " " + cause("normalised_every_step"),
-             (0, (BOS, 3, 3, 3, 3)): " " + cause("stops_when_best_finished"),
-             (1, (BOS, EOS)): (" (the search must go on until every hypothesis has finished, and an unfinished "
-                               "hypothesis at max_len can win, with n = max_len)")}
+    got = [_strip(tokens[i:i + 1])[0].tolist() for i in (0, 1)]
     for i in (0, 1):
         assert got[i] == want[i], (
-            f"tree {i + 1} (see the comments of this test): beam_search should give {want[i]}, got {got[i]}"
-            f"{hints.get((i, tuple(got[i])), '')} [{group('beam')}]")
-    assert scores.dtype == torch.float64 and torch.allclose(scores, torch.tensor(want_scores, dtype=torch.float64)), (
+            f"tree {i + 1} (see the comments of this test): beam_search should give {want[i]}, got {got[i]} "
+            f"(scores {scores.tolist() if isinstance(scores, torch.Tensor) else scores}){_tree_hint(got, scores, i)} "
+            f"[{group('beam')}]")
+    assert (isinstance(scores, torch.Tensor) and scores.dtype == torch.float64
+            and torch.allclose(scores, torch.tensor(want_scores, dtype=torch.float64))), (
         f"the scores should be the winners' normalised scores {[round(s, 4) for s in want_scores]} (float64 here), "
-        f"got {scores.tolist()} ({scores.dtype}) [{group('beam')}]")
+        f"got {scores.tolist() if isinstance(scores, torch.Tensor) else scores} "
+        f"({getattr(scores, 'dtype', type(scores).__name__)}){_tree_hint(got, scores, 0) or _tree_hint(got, scores, 1)} "
+        f"[{group('beam')}]")
     _modes_ok(model.generator, "beam_search", "beam")
     assert model.training, f"beam_search should put the model back in the mode it found [{group('modes')}]"
 
 
 def test_beam_with_the_copying_oracle():
     model = _copy_model()
-    tokens, scores = beam_search(model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD, beam_size=3)
+    where = f"[{group('beam')}]"
+    tokens, scores = _pair(_call(where, beam_search, model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD, beam_size=3), where)
     _check_format(tokens, 4, 8, "beam_search", C_BOS, C_EOS, C_PAD)
     assert _strip(tokens, C_PAD).tolist() == C_WANT, (
         f"with pad 5, bos 6, eos 7 and a model that copies its source (every other choice costs ln(0.1 / 7)), "
         f"beam_search should give {C_WANT}, got {tokens.tolist()}: use the ids given [{group('beam')}]")
     lengths = torch.tensor([4.0, 2.0, 6.0, 3.0], dtype=torch.float64)      # tokens after bos up to eos
     want = lengths * math.log(0.9) / ((5 + lengths) / 6) ** 0.6
-    assert torch.allclose(scores, want), (
+    steps = len(model.generator.calls)
+    # n counting the pads after eos: every winner has n = the number of steps the search ran
+    pads_counted = lengths * math.log(0.9) / ((5 + steps) / 6) ** 0.6
+    fine = isinstance(scores, torch.Tensor) and scores.shape == (4,)
+    hint = f" {cause('length_counts_pads')}" if fine and torch.allclose(scores.double(), pads_counted) else ""
+    assert fine and torch.allclose(scores.double(), want), (
         f"scores should be n * ln(0.9) / ((5 + n) / 6) ** 0.6 for n = {lengths.long().tolist()}: "
-        f"{[round(s, 5) for s in want.tolist()]}, got {scores.tolist()} [{group('beam')}]")
+        f"{[round(s, 5) for s in want.tolist()]}, got {scores.tolist() if isinstance(scores, torch.Tensor) else scores}"
+        f"{hint} [{group('beam')}]")
 
 
 def test_beam_item_alone_or_in_a_batch(real_model):
-    tokens, scores = beam_search(real_model, SRC, SRC_MASK, 8, BOS, EOS, PAD, beam_size=3)
+    where = f"[{group('beam')}]"
+    tokens, scores = _pair(_call(where, beam_search, real_model, SRC, SRC_MASK, 8, BOS, EOS, PAD, beam_size=3), where)
     _check_format(tokens, 4, 8, "beam_search")
     for i in (1, 3):
-        alone, alone_score = beam_search(real_model, SRC[i:i + 1], SRC_MASK[i:i + 1], 8, BOS, EOS, PAD, beam_size=3)
+        alone, alone_score = _pair(_call(where, beam_search, real_model, SRC[i:i + 1], SRC_MASK[i:i + 1], 8, BOS, EOS, PAD,
+                                         beam_size=3), where)
         assert _strip(alone)[0].tolist() == _strip(tokens[i:i + 1])[0].tolist(), (
             f"item {i} should get the same tokens alone as in the batch: {_strip(alone)[0].tolist()} vs "
             f"{_strip(tokens[i:i + 1])[0].tolist()} [{group('beam')}] {cause('beam_items_mixed')}")
         assert torch.allclose(alone_score, scores[i:i + 1]), (
-            f"item {i} should get the same score alone as in the batch [{group('beam')}]")
+            f"item {i} should get the same score alone as in the batch: {alone_score.tolist()} alone, "
+            f"{scores[i:i + 1].tolist()} in the batch (tokens {_strip(alone)[0].tolist()}) [{group('beam')}]")
 
 
 # ------------------------------------------------------------------ what the grader observes
@@ -652,7 +865,7 @@ def test_one_generator_call_per_step_and_no_extra_steps(name, real_model):
     inner = model.generator
     model.generator = _EndsAt(inner)
     try:
-        out = fn(model, SRC, SRC_MASK, 10, BOS, EOS, 9, **kw)
+        out = _call(f"[{group(grp)}]", fn, model, SRC, SRC_MASK, 10, BOS, EOS, 9, **kw)
         head = model.generator
     finally:
         model.generator = inner
@@ -674,8 +887,8 @@ def test_one_generator_call_per_step_and_no_extra_steps(name, real_model):
 def test_sampling_draws_every_row_with_one_multinomial_per_step():
     model = _copy_model()
     with _Watch() as watch:
-        tokens = sample_decode(model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD, temperature=1.0,
-                               generator=torch.Generator().manual_seed(3))
+        tokens = _call(f"[{group('sampling')}]", sample_decode, model, C_SRC, C_SRC_MASK, 8, C_BOS, C_EOS, C_PAD,
+                       temperature=1.0, generator=torch.Generator().manual_seed(3))
     draws = [shapes for name, shapes in watch.calls if name == "multinomial"]
     steps = len(model.generator.calls)
     assert len(draws) == steps, (
@@ -697,7 +910,7 @@ def test_no_loop_over_the_batch(name):
         src = SRC[:B]
         extra = {"generator": torch.Generator().manual_seed(0)} if name == "sample_decode" else {}
         with TorchCalls() as calls:
-            fn(model, src, src[:, None, :] != PAD, 3, BOS, EOS, PAD, **kw, **extra)
+            _call(f"[{group('batched')}]", fn, model, src, src[:, None, :] != PAD, 3, BOS, EOS, PAD, **kw, **extra)
         counts[B] = calls.count
     assert counts[2] == counts[4], (
         f"{name} made {counts[2]} torch calls for a batch of 2 and {counts[4]} for a batch of 4 (3 steps each): a "

@@ -19,19 +19,34 @@ GROUPS = {
 
 CAUSES = {
     'beam_items_mixed': "memory and src_mask are repeated with .repeat (the whole batch after the whole batch), so hypothesis row b * beam_size + j decodes another item's source; .repeat_interleave(beam_size, dim=0) (each item beam_size times in a row) matches the [B * beam_size] order of the hypotheses.",
+    'cached_position_off_by_one': 'the new token gets the positional encoding of the next position; the token at position t (the <bos> is at 0) gets pe[t].',
+    'cached_position_zero': 'every new token gets the positional encoding of position 0; the token at position t gets model.pos_encoding.pe[t].',
+    'duplicate_start_beams': 'the search starts with beam_size copies of [<bos>], all at score 0, so the beam fills with duplicates; start from one hypothesis: slot 0 at score 0, the others at -inf.',
+    'finished_beams_extended': 'finished hypotheses keep being extended with real tokens; after <eos> a hypothesis may only be extended by pad_id, at no cost (its score stays).',
+    'finished_beams_pay_for_pad': 'a finished hypothesis pays log p(<pad>) for its pad; it is extended by pad_id at no cost (score unchanged).',
+    'length_counts_bos': 'the length n counts <bos>; n is the number of tokens AFTER <bos> up to and including the first <eos>.',
+    'length_counts_pads': 'the length n counts the pads after <eos>; n stops at the first <eos> (max_len only for a hypothesis that never finished).',
+    'length_penalty_forgotten': 'the final choice uses the raw summed log-probability; it uses the normalised score sum_logprob / ((5 + n) / 6) ** length_penalty (use length_penalty_score), which is also what `scores` returns.',
+    'length_without_eos': 'the length n leaves out <eos>; n counts the tokens after <bos> up to and including the first <eos>.',
     'no_pad_after_eos': "after a sequence's <eos> the loop keeps appending the model's choices; every later position must be pad_id (keep a `finished` flag per row and write pad_id where it is set).",
     'normalised_every_step': 'the hypotheses are ranked by the normalised score at every step; keep the beam_size best by summed log-probability, and normalise only to choose the final result.',
+    'scores_not_normalised': 'the result is chosen by the normalised score, but `scores` returns the raw summed log-probability of the winner; return its normalised score (length_penalty_score).',
     'stops_when_best_finished': 'the search stops as soon as the best hypothesis has finished; it goes on until every hypothesis has (or max_len steps).',
     'temperature_after_filter': 'the temperature is applied after top-k/top-p filtering, so top-p measures the untempered distribution; divide the logits by the temperature first, then filter.',
+    'top_k_minus_one': 'top-k keeps k - 1 tokens: keep exactly the k largest logits (torch.topk(logits, k)).',
+    'top_k_not_clamped': 'top_k is not clamped to the vocabulary size: with top_k >= V every token is kept (the docstring), so use k = min(top_k, logits.size(-1)) (torch.topk and indexing fail beyond V).',
+    'top_k_plus_one': 'top-k keeps k + 1 tokens: keep exactly the k largest logits (torch.topk(logits, k)).',
     'top_p_before_top_k_renormalised': 'top-p is computed on the distribution before top-k; compute it on the softmax of what top-k kept (renormalised).',
     'top_p_drops_crossing_token': 'top-p drops the token whose probability makes the total cross top_p; it must be kept: keep a token when the total of the tokens BEFORE it (in descending order) is < top_p.',
     'top_p_not_scattered_back': "the top-p mask is applied in sorted order to the vocabulary: map it back to vocabulary order with the sort's indices (mask.scatter(-1, sorted_indices, keep_sorted)).",
+    'top_p_on_raw_probabilities': "top-p is measured on the model's raw probabilities (the softmax of the logits before the temperature and top-k); measure it on the softmax of the tempered logits that top-k kept.",
+    'winner_among_finished_only': 'the result is chosen among the finished hypotheses only; a hypothesis still unfinished after max_len steps competes too (its n is max_len) and can win.',
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)
 TESTS_OF_GROUP = {
     'greedy': ['test_greedy_is_the_argmax_after_every_prefix', 'test_greedy_copies_with_the_copying_oracle', 'test_greedy_stops_at_max_len', 'test_one_generator_call_per_step_and_no_extra_steps'],
-    'sampling': ['test_sampling_is_reproducible_and_degenerates_to_greedy', 'test_sampling_with_the_copying_oracle', 'test_sampling_filters_on_a_known_distribution', 'test_sampling_draw_is_one_multinomial_with_the_generator', 'test_top_k_keeps_only_the_k_best_first_tokens', 'test_one_generator_call_per_step_and_no_extra_steps', 'test_sampling_draws_every_row_with_one_multinomial_per_step'],
+    'sampling': ['test_sampling_rejects_bad_temperature', 'test_sampling_is_reproducible_and_degenerates_to_greedy', 'test_sampling_with_the_copying_oracle', 'test_sampling_filters_on_a_known_distribution', 'test_sampling_draw_is_one_multinomial_with_the_generator', 'test_top_k_keeps_only_the_k_best_first_tokens', 'test_one_generator_call_per_step_and_no_extra_steps', 'test_sampling_draws_every_row_with_one_multinomial_per_step'],
     'beam': ['test_beam_size_one_is_greedy', 'test_wide_beam_finds_the_exhaustive_best', 'test_beam_on_hand_written_trees', 'test_beam_with_the_copying_oracle', 'test_beam_item_alone_or_in_a_batch', 'test_one_generator_call_per_step_and_no_extra_steps'],
     'kv_cache': ['test_cached_greedy_gives_greedy_tokens', 'test_cached_greedy_runs_to_max_len', 'test_cached_step_work_does_not_grow_and_memory_is_projected_once', 'test_one_generator_call_per_step_and_no_extra_steps'],
     'modes': ['test_greedy_is_the_argmax_after_every_prefix', 'test_greedy_copies_with_the_copying_oracle', 'test_greedy_stops_at_max_len', 'test_cached_greedy_gives_greedy_tokens', 'test_cached_greedy_runs_to_max_len', 'test_sampling_is_reproducible_and_degenerates_to_greedy', 'test_top_k_keeps_only_the_k_best_first_tokens', 'test_beam_size_one_is_greedy', 'test_wide_beam_finds_the_exhaustive_best', 'test_beam_on_hand_written_trees', 'test_one_generator_call_per_step_and_no_extra_steps'],
