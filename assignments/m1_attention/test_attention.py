@@ -9,18 +9,75 @@ with every kind of mask) and the forbidden functions. A failing test names the h
 would lose points (testkit.py). The hidden checks go further.
 """
 import fnmatch
+import functools
+import inspect
 import math
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from attention import causal_mask, padding_mask, scaled_dot_product_attention, softmax
+import attention
 from testkit import FORBIDDEN, TorchCalls, cause, group
 
 torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
+
+
+def _describe(value):
+    if isinstance(value, torch.Tensor):
+        return f"[{', '.join(map(str, value.shape))}] {str(value.dtype).replace('torch.', '')}"
+    return repr(value)
+
+
+def _guarded(fn):
+    """Your function, called as usual; if it raises, the test fails with one sentence saying which call failed
+    with which inputs (the original traceback is printed above it)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            try:
+                items = inspect.signature(fn).bind(*args, **kwargs).arguments.items()
+            except TypeError:
+                items = [*((None, a) for a in args), *kwargs.items()]
+            inputs = ", ".join(_describe(v) if k is None else f"{k}={_describe(v)}" for k, v in items)
+            raise pytest.fail.Exception(f"{fn.__name__}({inputs}) raised {type(e).__name__}: {e}") from e
+    return call
+
+
+softmax, scaled_dot_product_attention, padding_mask, causal_mask = (
+    _guarded(f) for f in (attention.softmax, attention.scaled_dot_product_attention, attention.padding_mask,
+                          attention.causal_mask))
+
+
+def _diff(got, want, rtol=1e-9, atol=1e-10):
+    """Where and how far two tensors of one shape differ, in words."""
+    bad = ~torch.isclose(got, want, rtol=rtol, atol=atol)
+    if not bad.any():
+        return "they agree"
+    gap = torch.where(bad, (got - want).abs().nan_to_num(nan=float("inf")), 0)
+    at = tuple(int(i) for i in torch.unravel_index(gap.flatten().argmax(), gap.shape))
+    g, w = gap[at].item(), abs(want[at].item())
+    n = min(17, max(6, 2 + math.ceil(math.log10(w / g)))) if 0 < g < float("inf") and w > 0 else 6
+    return (f"{bad.sum().item()} of {bad.numel()} entries differ, by up to {g:.3g} (at index "
+            f"{list(at)}: {got[at].item():.{n}g} instead of {want[at].item():.{n}g})")
+
+
+def _broadcast_clash(error, a, b):
+    """True when `error` is the size clash of broadcasting shapes a and b (same sizes, same dimension)."""
+    found = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
+                      r"dimension (\d+)", str(error))
+    if found is None:
+        return False
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    clashes = [(i, {x, y}) for i, (x, y) in enumerate(zip(a, b)) if x != y and 1 not in (x, y)]
+    sizes, dim = {int(found[1]), int(found[2])}, int(found[3])
+    return any(i == dim and s == sizes for i, s in clashes)
 
 
 def _close(a, b):
@@ -29,10 +86,10 @@ def _close(a, b):
 
 
 def _precision(a, b):
-    """A hint when two float64 results agree only to float32 precision."""
+    """A fact worth stating: two float64 results that agree only to float32 precision."""
     if a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6):
-        return (" (they agree only to about 1e-7, float32 precision: is something computed in float32 on the way, "
-                "e.g. .float() or a float32 tensor created inside?)")
+        return (" (they agree only to about 1e-7, float32's precision; float64 results should agree to rounding, "
+                "about 1e-15)")
     return ""
 
 
@@ -48,12 +105,44 @@ def _random_mask(*shape):
     return mask
 
 
-def _expected(q, k, v, mask=None):
+def _expected(q, k, v, mask=None, scale=None):
     """PyTorch's attention: (output, weights). The weights are F.scaled_dot_product_attention applied to the
     identity matrix as values (weights @ I); a fully masked query row gets zeros in both."""
     eye = torch.eye(k.size(-2), dtype=q.dtype)
-    return (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-            F.scaled_dot_product_attention(q, k, eye.expand(*k.shape[:-1], k.size(-2)), attn_mask=mask))
+    return (F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale),
+            F.scaled_dot_product_attention(q, k, eye.expand(*k.shape[:-1], k.size(-2)), attn_mask=mask, scale=scale))
+
+
+_SCALES = [   # a known mistake: the factor its scores are multiplied by, given (d_k, d_v), and the grader's sentence
+    ("1/sqrt(d_v)", lambda d_k, d_v: 1 / math.sqrt(d_v), cause("sqrt_dv")),
+    ("1 (no scaling)", lambda d_k, d_v: 1.0, cause("no_sqrt")),
+    ("1/d_k", lambda d_k, d_v: 1 / d_k, cause("divide_by_dk")),
+]
+
+
+def _attention_diff(q, k, v, mask, out, w, rtol=1e-9, atol=1e-10):
+    """What differs between (out, w) and PyTorch's attention; and a known mistake, only if its own answer (PyTorch's
+    attention with that mistake's scale) is exactly yours."""
+    want_out, want_w = _expected(q, k, v, mask)
+    parts = [f"{name}: {_diff(a, b, rtol, atol)}" for name, a, b in (("weights", w, want_w), ("output", out, want_out))
+             if not torch.allclose(a, b, rtol=rtol, atol=atol)]
+    d_k, d_v = q.size(-1), v.size(-1)
+    for words, scale, sentence in _SCALES:
+        s = scale(d_k, d_v)
+        if not math.isclose(s, 1 / math.sqrt(d_k)):
+            o, ww = _expected(q, k, v, mask, scale=s)
+            if torch.allclose(w, ww, rtol=rtol, atol=atol) and torch.allclose(out, o, rtol=rtol, atol=atol):
+                parts.append(f"yours is exactly PyTorch's attention with the scores multiplied by {words} = {s:.4g} "
+                             f"instead of 1/sqrt(d_k) = {1 / math.sqrt(d_k):.4g} (d_k = {d_k}, d_v = {d_v}). "
+                             + sentence)
+                break
+    if atol <= 1e-10:
+        parts.append(_precision(w, want_w) or _precision(out, want_out))
+    return "; ".join(p for p in parts if p)
+
+
+def _shapes(**tensors):
+    return ", ".join(f"{name} {list(t.shape)}" for name, t in tensors.items())
 
 
 # ------------------------------------------------------------------------------------- softmax
@@ -63,9 +152,18 @@ def test_softmax_matches_torch(dim):
     x = torch.randn(3, 4, 5, dtype=torch.float64)
     got = softmax(x, dim=dim)
     assert got.shape == x.shape, f"softmax should keep the shape {tuple(x.shape)}, got {tuple(got.shape)}"
-    assert _close(got, torch.softmax(x, dim)), (
-        f"softmax(x, dim={dim}) on x [3, 4, 5] differs from torch.softmax(x, {dim}): take the max and the sum "
-        f"along `dim` (keepdim=True) [{group('softmax')}]")
+    want = torch.softmax(x, dim)
+    if not _close(got, want):
+        sums = got.sum(dim)
+        if dim != -1 and _close(got, torch.softmax(x, -1)):
+            hint = f" Your result is torch.softmax(x, -1). {cause('softmax_ignores_dim')}"
+        elif _close(got, torch.softmax(x.flatten(), 0).view_as(x)):
+            hint = f" Your result is the softmax of the whole tensor at once. {cause('softmax_global_sum')}"
+        else:
+            hint = ""
+        pytest.fail(f"softmax(x, dim={dim}) on x [3, 4, 5] differs from torch.softmax(x, {dim}): {_diff(got, want)}; "
+                    f"your slices along dim {dim} sum to between {sums.min().item():.6g} and {sums.max().item():.6g} "
+                    f"(each should sum to 1).{hint} [{group('softmax')}]")
     if dim == -1:
         assert _close(softmax(x), torch.softmax(x, -1)), f"softmax(x) should use dim=-1 by default [{group('softmax')}]"
 
@@ -73,9 +171,12 @@ def test_softmax_matches_torch(dim):
 def test_softmax_of_rows_with_minus_inf():
     x = torch.tensor([[0.5, float("-inf"), 1.5, float("-inf")], [float("-inf")] * 4], dtype=torch.float64)
     got = softmax(x, dim=-1)
-    assert not torch.isnan(got).any(), (
-        f"a row that is entirely -inf must give zeros, not NaN: guard the max you subtract and the sum you divide by "
-        f"[{group('softmax')}]")
+    nan_rows = [i for i in range(2) if torch.isnan(got[i]).any()]
+    assert not nan_rows, (
+        f"softmax of [[0.5, -inf, 1.5, -inf], [-inf] * 4] gives NaN in row(s) {nan_rows}"
+        + (": a row that is entirely -inf must give zeros, not NaN; there the max is -inf (-inf - -inf is NaN) and "
+           "the sum of the exps is 0 (0 / 0 is NaN), so guard both" if nan_rows == [1] else "")
+        + f" [{group('softmax')}]")
     want = torch.tensor([[math.exp(-1) / (1 + math.exp(-1)), 0.0, 1 / (1 + math.exp(-1)), 0.0], [0.0] * 4],
                         dtype=torch.float64)
     assert _close(got, want), (
@@ -85,15 +186,17 @@ def test_softmax_of_rows_with_minus_inf():
 
 def test_softmax_is_stable_for_large_logits():
     x = 1e4 + torch.randn(2, 6, dtype=torch.float64)                   # every entry near 1e4: exp(1e4) is inf
-    got = softmax(x)
-    assert torch.isfinite(got).all() and _close(got, torch.softmax(x, -1)), (
-        "softmax of logits around 1e4 differs from torch.softmax (inf, NaN or zeros where the largest entry should "
-        f"get weight): exp overflows. {cause('softmax_overflow')} [{group('stability')}]")
-    x32 = 300 + torch.randn(2, 6)
-    got = softmax(x32)
-    assert torch.isfinite(got).all() and torch.allclose(got, torch.softmax(x32, -1), atol=1e-6), (
-        f"softmax of float32 logits around 300 differs from torch.softmax: exp overflows in float32 above 88. "
-        f"{cause('softmax_overflow')} [{group('stability')}]")
+    for what, x, tol in (("logits around 1e4", x, {}), ("float32 logits around 300", 300 + torch.randn(2, 6),
+                                                              {"rtol": 1e-5, "atol": 1e-6})):
+        got = softmax(x)
+        want = torch.softmax(x, -1)
+        if not torch.allclose(got, want, **(tol or {"rtol": 1e-9, "atol": 1e-10})):
+            # without the max shift: exp(x) is inf in every entry here, and inf / inf is NaN in every entry
+            overflow = bool(torch.isinf(torch.exp(x)).all()) and bool(torch.isnan(got).all())
+            pytest.fail(f"softmax of {what} (x {list(x.shape)}) differs from torch.softmax: "
+                        + ("every entry is NaN, as exp(x) / sum(exp(x)) gives when exp overflows. "
+                           f"{cause('softmax_overflow')}" if overflow else _diff(got, want, **tol))
+                        + f" [{group('stability')}]")
 
 
 def test_softmax_of_rows_far_apart():
@@ -103,9 +206,12 @@ def test_softmax_of_rows_far_apart():
     want = torch.softmax(x, -1)
     if not _close(got, want):
         lost = [i for i in range(3) if not _close(got[i], want[i])]
-        hint = cause("softmax_global_max") if 1 not in lost else "each slice needs its own max (amax along dim)."
-        pytest.fail(f"softmax of rows whose maxima are 0, 1000 and -1000 differs from torch.softmax in row(s) {lost}: "
-                    f"{hint} [{group('stability')}]")
+        # one max for the whole tensor (about 1000): rows 0 and 2 underflow to exp(...) = 0, so 0 / 0 (NaN) or zeros
+        underflow = lost == [0, 2] and all(torch.isnan(got[i]).all() or (got[i] == 0).all() for i in lost)
+        pytest.fail(f"softmax of rows whose maxima are 0, 1000 and -1000 differs from torch.softmax in row(s) {lost}"
+                    + (f" (all NaN or all 0 there, row 1 right). {cause('softmax_global_max')}" if underflow else
+                       "".join(f"; row {i}: {_diff(got[i], want[i])}" for i in lost))
+                    + f" [{group('stability')}]")
 
 
 def test_softmax_keeps_dtype_and_input():
@@ -145,9 +251,12 @@ def test_padding_mask(pad_id):
     assert got.shape == (2, 1, 4), (
         f"padding_mask should return [B, 1, L] = (2, 1, 4), got {tuple(got.shape)} [{group('mask_helpers')}]")
     want = [[[True, True, False, False]], [[False, True, True, False]]]
-    assert got.tolist() == want, (
-        f"padding_mask(tokens, pad_id={pad_id}) for tokens {tokens.tolist()} should be {want}, got {got.tolist()}: "
-        f"True exactly where tokens != pad_id (ids below pad_id are real tokens too) [{group('mask_helpers')}]")
+    if got.tolist() != want:
+        known = {"(tokens > pad_id): ids below pad_id are real tokens too": (tokens > pad_id)[:, None].tolist(),
+                 "(tokens == pad_id): the mask is inverted (True = a real token)": (tokens == pad_id)[:, None].tolist()}
+        hint = next((f": yours is {name}" for name, mask in known.items() if mask == got.tolist()), "")
+        pytest.fail(f"padding_mask(tokens, pad_id={pad_id}) for tokens {tokens.tolist()} should be {want} (True exactly "
+                    f"where tokens != pad_id), got {got.tolist()}{hint} [{group('mask_helpers')}]")
 
 
 @pytest.mark.parametrize("size", [1, 3])
@@ -156,8 +265,12 @@ def test_causal_mask(size):
     assert got.dtype == torch.bool and got.shape == (size, size), (
         f"causal_mask({size}) should be a bool tensor of shape ({size}, {size}), got {got.dtype} of shape "
         f"{tuple(got.shape)} [{group('mask_helpers')}]")
-    assert torch.equal(got, torch.ones(size, size, dtype=torch.bool).tril()), (
-        f"causal_mask({size}): True must be on and below the diagonal [{group('mask_helpers')}]")
+    want = torch.ones(size, size, dtype=torch.bool).tril()
+    if not torch.equal(got, want):
+        known = {"the upper triangle (transposed)": want.T, "inverted": ~want, "without the diagonal": want.tril(-1)}
+        hint = next((f": yours is {name}" for name, mask in known.items() if torch.equal(got, mask)), "")
+        pytest.fail(f"causal_mask({size}) should be True on and below the diagonal, {want.tolist()}; got {got.tolist()}"
+                    f"{hint} [{group('mask_helpers')}]")
 
 
 class _Devices(TorchFunctionMode):
@@ -188,6 +301,9 @@ def test_causal_mask_on_the_device_asked():
 def test_attention_shapes(lead):
     q, k, v = _qkv(*lead)
     out, w = scaled_dot_product_attention(q, k, v)
+    if w.shape == (*lead, 3, 6) and out.shape == (*lead, 3, 5):
+        pytest.fail(f"the first result has the weights' shape {list(out.shape)} and the second the output's "
+                    f"{list(w.shape)}. {cause('swapped_return')} [{group('shapes')}]")
     assert w.shape == (*lead, 3, 5), f"weights should be [..., Lq, Lk] = {(*lead, 3, 5)}, got {tuple(w.shape)} [{group('shapes')}]"
     assert out.shape == (*lead, 3, 6), f"output should be [..., Lq, d_v] = {(*lead, 3, 6)}, got {tuple(out.shape)} [{group('shapes')}]"
 
@@ -196,11 +312,10 @@ def test_attention_matches_pytorch():
     q, k, v = _qkv(2, 3)
     out, w = scaled_dot_product_attention(q, k, v)
     want_out, want_w = _expected(q, k, v)
-    assert _close(w, want_w), (
-        f"weights should be softmax(q @ k^T / sqrt(d_k)) over the keys{_precision(w, want_w)} [{group('parity')}]")
-    assert _close(out, want_out), (
-        f"output differs from F.scaled_dot_product_attention(q, k, v) (float64; only rounding may differ)"
-        f"{_precision(out, want_out)} [{group('parity')}]")
+    assert _close(w, want_w) and _close(out, want_out), (
+        f"attention(q, k, v) with {_shapes(q=q, k=k, v=v)} (float64, no mask) differs from "
+        f"F.scaled_dot_product_attention (weights = softmax(q @ k^T / sqrt(d_k)) over the keys; only rounding may "
+        f"differ): {_attention_diff(q, k, v, None, out, w)} [{group('parity')}]")
 
 
 _MASKS = {   # name -> (lead dims of q, k, v; the mask)
@@ -217,16 +332,30 @@ def test_masks_match_pytorch(name):
     lead, make = _MASKS[name]
     q, k, v = _qkv(*lead)
     mask = make()
-    out, w = scaled_dot_product_attention(q, k, v, mask)
+    scores = (*lead, q.size(-2), k.size(-2))
+    extra = tuple(mask.unsqueeze(1).shape) if mask.dim() == 3 else None      # the mask with an extra dimension
+    try:
+        out, w = scaled_dot_product_attention(q, k, v, mask)
+    except pytest.fail.Exception as failure:
+        if extra and _broadcast_clash(failure.__cause__, scores, extra):
+            pytest.fail(f"{failure.msg.rstrip('.')}. That is the clash of a mask {list(extra)} (yours with an extra dimension) "
+                        f"with the scores {list(scores)}. {cause('mask_unsqueezed')} [{group('masking')}]")
+        raise
     want_out, want_w = _expected(q, k, v, mask)
-    assert w.shape == want_w.shape and out.shape == want_out.shape, (
-        f"with the mask {name} the shapes are weights {tuple(w.shape)} and output {tuple(out.shape)}, expected "
-        f"{tuple(want_w.shape)} and {tuple(want_out.shape)}: a mask only has to broadcast to the scores; leave it as "
-        f"it is given. {cause('mask_unsqueezed')} [{group('masking')}]")
-    assert torch.all(w[~mask.expand_as(w)] == 0), f"masked keys (mask False) must get weight exactly 0 [{group('masking')}]"
+    if w.shape != want_w.shape or out.shape != want_out.shape:
+        grown = extra is not None and w.shape == torch.broadcast_shapes(scores, extra)
+        pytest.fail(f"with the mask {name} and {_shapes(q=q, k=k, v=v)} the shapes are weights {list(w.shape)} and "
+                    f"output {list(out.shape)}, expected {list(want_w.shape)} and {list(want_out.shape)}"
+                    + (f": the shape a mask {list(extra)} (yours with an extra dimension) gives. "
+                       f"{cause('mask_unsqueezed')}" if grown else "")
+                    + f" [{group('masking')}]")
+    leaked = (w[~mask.expand_as(w)] != 0).sum().item()
+    assert not leaked, (f"with the mask {name}, {leaked} weight(s) where the mask is False are not exactly 0 "
+                        f"[{group('masking')}]")
     assert _close(w, want_w) and _close(out, want_out), (
-        f"with the mask {name} the result differs from F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"
-        f"{_precision(w, want_w) or _precision(out, want_out)} [{group('masking')}]")
+        f"with the mask {name} and {_shapes(q=q, k=k, v=v)} the result differs from "
+        f"F.scaled_dot_product_attention(q, k, v, attn_mask=mask): {_attention_diff(q, k, v, mask, out, w)} "
+        f"[{group('masking')}]")
 
 
 def test_fully_masked_rows_give_zeros():
@@ -234,25 +363,37 @@ def test_fully_masked_rows_give_zeros():
     keep = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)   # sequence 2 is all padding
     mask = keep[:, None, None, :] & torch.ones(4, 4, dtype=torch.bool).tril()            # [B, 1, L, L]
     out, w = scaled_dot_product_attention(q, k, v, mask)
-    assert not torch.isnan(out).any() and not torch.isnan(w).any(), (
-        f"a query row with no allowed key must give zero weights and a zero output, not NaN [{group('masking')}]")
+    blocked = ~mask.any(-1)                                                              # [3, 1, 4]: no allowed key
+    nan_rows = torch.isnan(w).any(-1) | torch.isnan(out).any(-1)                         # [3, 2, 4]
+    assert not nan_rows.any(), (
+        f"with a combined causal and padding mask [3, 1, 4, 4], {nan_rows.sum().item()} query row(s) give NaN"
+        + (" (all of them rows with no allowed key)" if not (nan_rows & ~blocked).any() else "")
+        + f": a query row with no allowed key must give zero weights and a zero output, not NaN [{group('masking')}]")
     want_out, want_w = _expected(q, k, v, mask)
-    assert torch.equal(w[2], torch.zeros_like(w[2])) and torch.equal(out[2], torch.zeros_like(out[2])), (
-        "the rows of an all-padding sequence must give all-zero weights and outputs (a large negative fill instead of "
-        f"-inf averages v there) [{group('masking')}]")
+    if not (torch.equal(w[2], torch.zeros_like(w[2])) and torch.equal(out[2], torch.zeros_like(out[2]))):
+        uniform = torch.allclose(w[2], torch.full_like(w[2], 1 / 4))                  # what a finite fill gives there
+        pytest.fail("the rows of the all-padding sequence 2 must give all-zero weights and outputs; yours give weights "
+                    f"between {w[2].min().item():.4g} and {w[2].max().item():.4g}"
+                    + (f" (1/4 each: every key equally). {cause('fill_large_negative')}" if uniform else "")
+                    + f" [{group('masking')}]")
     assert _close(w, want_w) and _close(out, want_out), (
-        f"with a combined causal and padding mask [3, 1, 4, 4] the result differs from PyTorch's [{group('masking')}]")
+        f"with a combined causal and padding mask [3, 1, 4, 4] the result differs from PyTorch's: "
+        f"{_attention_diff(q, k, v, mask, out, w)} [{group('masking')}]")
 
 
 def test_stable_for_large_scores():
     q, k, v = _qkv(2, scale=100.0)                                      # scores around 1e4
     out, w = scaled_dot_product_attention(q, k, v)
-    assert torch.isfinite(out).all() and torch.isfinite(w).all(), (
-        f"attention with scores around 1e4 gives inf or NaN: use a softmax that subtracts the max "
-        f"[{group('stability')}]")
+    if not (torch.isfinite(out).all() and torch.isfinite(w).all()):
+        overflows = not torch.isfinite(softmax(1e4 + torch.randn(2, 6, dtype=torch.float64))).all()
+        pytest.fail(f"attention with scores around 1e4 ({_shapes(q=q, k=k, v=v)}) gives inf or NaN in "
+                    f"{(~torch.isfinite(w)).sum().item()} of {w.numel()} weights"
+                    + (f"; your softmax gives inf or NaN for logits around 1e4 too. {cause('softmax_overflow')}"
+                       if overflows else "") + f" [{group('stability')}]")
     want_out, want_w = _expected(q, k, v)
     assert torch.allclose(out, want_out, atol=1e-6) and torch.allclose(w, want_w, atol=1e-6), (
-        f"attention with scores around 1e4 differs from PyTorch's [{group('stability')}]")
+        f"attention with scores around 1e4 differs from PyTorch's: {_attention_diff(q, k, v, None, out, w, 0, 1e-6)} "
+        f"[{group('stability')}]")
 
 
 def test_float32_inputs_stay_float32():
@@ -264,12 +405,13 @@ def test_float32_inputs_stay_float32():
         f"[{group('dtype_inplace')}]")
     want_out, want_w = _expected(q, k, v, mask)
     assert torch.allclose(out, want_out, atol=1e-5) and torch.allclose(w, want_w, atol=1e-5), (
-        f"with float32 inputs the result differs from F.scaled_dot_product_attention [{group('parity')}]")
+        f"with float32 inputs ({_shapes(q=q, k=k, v=v)}, a padding mask [3, 1, 1, 5]) the result differs from "
+        f"F.scaled_dot_product_attention: {_attention_diff(q, k, v, mask, out, w, 0, 1e-5)} [{group('parity')}]")
     out, w = scaled_dot_product_attention(q, k, v, mask, dropout_p=0.3)
     assert out.dtype == torch.float32 and w.dtype == torch.float32, (
-        f"with dropout_p=0.3, float32 inputs give {out.dtype} output and {w.dtype} weights: a dropout mask of another "
-        f"dtype (torch.rand(..., dtype=torch.float64)) changes it; use torch.rand_like(weights) or F.dropout "
-        f"[{group('dtype_inplace')}]")
+        f"with dropout_p=0.3, float32 inputs give {out.dtype} output and {w.dtype} weights (without dropout they stay "
+        f"float32): something made on the dropout path has another dtype; torch.rand_like(weights) or F.dropout "
+        f"keep the weights' dtype [{group('dtype_inplace')}]")
 
 
 def test_inputs_are_not_modified():
@@ -289,17 +431,26 @@ def test_gradients_match_pytorch():
     g = torch.randn(2, 2, 3, 6, dtype=torch.float64)
     mine = [t.clone().requires_grad_() for t in (q, k, v)]
     theirs = [t.clone().requires_grad_() for t in (q, k, v)]
-    out, _ = scaled_dot_product_attention(*mine, mask)
+    out, w = scaled_dot_product_attention(*mine, mask)
     assert out.requires_grad, (
         "the output does not require grad: the graph is cut (torch.no_grad(), .detach(), .numpy()) "
         f"[{group('gradients')}]")
     (out * g).sum().backward()           # (out.backward(g) imports sympy: slow; this is the same gradient)
-    (F.scaled_dot_product_attention(*theirs, attn_mask=mask) * g).sum().backward()
+    want = F.scaled_dot_product_attention(*theirs, attn_mask=mask)
+    (want * g).sum().backward()
+    same_values = _close(out.detach(), want.detach())
     for name, a, b in zip("qkv", mine, theirs):
-        assert a.grad is not None and _close(a.grad, b.grad), (
-            f"the gradient with respect to {name} differs from F.scaled_dot_product_attention's"
-            f"{' (none reached it)' if a.grad is None else ''}: nothing between {name} and the output may be "
-            f"detached (.detach(), .data, torch.no_grad(), .numpy()) [{group('gradients')}]")
+        if a.grad is None:
+            pytest.fail(f"no gradient reached {name}: the output does not depend on {name} through autograd "
+                        f"[{group('gradients')}]")
+        assert _close(a.grad, b.grad), (
+            f"the gradient with respect to {name} differs from F.scaled_dot_product_attention's ({_diff(a.grad, b.grad)})"
+            + (": the output is the same as PyTorch's, so autograd does not see all of how it depends on "
+               f"{name}: something on the way is cut from the graph (.detach(), .data, torch.no_grad(), .numpy())"
+               if same_values else
+               f", because the output itself differs ({_shapes(q=q, k=k, v=v)}, mask [2, 1, 3, 5]): "
+               f"{_attention_diff(q, k, v, mask, out.detach(), w.detach()).rstrip('.')}. Fix the values first (the parity and "
+               "masking tests)") + f" [{group('gradients')}]")
 
 
 _LOOP_CASES = {   # mask kind -> mask for (lead dims, Lq, Lk)
@@ -322,8 +473,12 @@ def test_attention_has_no_loop_and_no_forbidden_functions(kind):
     for label, (lead, lq, lk) in sizes.items():
         q, k, v = _qkv(*lead, lq=lq, lk=lk)
         mask = make(lead, lq, lk)
-        with TorchCalls() as calls:
-            scaled_dot_product_attention(q, k, v, mask)
+        try:
+            with TorchCalls() as calls:
+                scaled_dot_product_attention(q, k, v, mask)
+        except pytest.fail.Exception as failure:
+            pytest.fail(f"with {kind} at size {label}: {failure.msg.rstrip('.')}. No verdict on loops here: the value tests report "
+                        f"this failure")
         counts[label] = calls.count
         used = sorted({n for n in calls.names for where, patterns, _ in FORBIDDEN if where == "all"
                        for p in patterns if not p.startswith("aten::") and fnmatch.fnmatchcase(n, p)})

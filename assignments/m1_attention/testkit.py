@@ -23,11 +23,18 @@ GROUPS = {
 }
 
 CAUSES = {
+    'divide_by_dk': 'the scores are divided by d_k instead of sqrt(d_k).',
     'dropout_no_rescale': 'the weights that survive dropout must be divided by (1 - dropout_p), so the expected output is unchanged (F.dropout does this).',
     'dropout_rescale_by_p': 'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping them, not by dropout_p.',
+    'fill_large_negative': 'masked scores are filled with a large negative number instead of -inf, so a query row whose keys are all masked averages v instead of giving zeros; fill with -inf and let your softmax return zeros for an all -inf row.',
     'mask_unsqueezed': 'a 3-D mask gets an extra dimension inside attention; masks only have to broadcast to the scores, so leave the mask as it is given (a per-head mask [H, Lq, Lk] then no longer lines up).',
+    'no_sqrt': 'the scores are not divided by sqrt(d_k): divide q @ k^T by math.sqrt(d_k).',
     'softmax_global_max': "one max of the whole tensor is subtracted; subtract each slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global max underflow to 0.",
+    'softmax_global_sum': 'each entry is divided by the sum over the whole tensor; divide by the sum along `dim` only (keepdim=True).',
+    'softmax_ignores_dim': 'the softmax is taken over the last dimension whatever `dim` says: reduce over `dim` (amax and sum with dim=dim, keepdim=True).',
     'softmax_overflow': "exp of a large score overflows to inf (exp(710) in float64, exp(89) in float32), and inf / inf is NaN: subtract each slice's max before exp (softmax(x) == softmax(x - max)).",
+    'sqrt_dv': "the scores are divided by sqrt(d_v) (the last dimension of v); the scale comes from the keys' width: sqrt(d_k) = sqrt(q.size(-1)).",
+    'swapped_return': 'it returns (weights, output); return them in the order (output, weights).',
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)

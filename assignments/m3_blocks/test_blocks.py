@@ -10,7 +10,11 @@ feed-forward), gradients of every parameter, inputs left unchanged, loops (torch
 and the length grow, with every kind of mask) and the forbidden functions. A failing test names the hidden
 check group that would lose points (testkit.py). The hidden checks go further.
 """
+import contextlib
 import fnmatch
+import functools
+import inspect
+import math
 
 import pytest
 import torch
@@ -24,6 +28,129 @@ from testkit import FORBIDDEN, TorchCalls, cause, group
 torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 D, H, D_FF = 8, 2, 16
+_EXPECTED = []             # exception types a test expects (pytest.raises): they pass through _guarded
+
+
+def _describe(value):
+    if isinstance(value, torch.Tensor):
+        return f"[{', '.join(map(str, value.shape))}] {str(value.dtype).replace('torch.', '')}"
+    return repr(value)
+
+
+def _guarded(fn):
+    """Your method, called as usual; if it raises, the test fails with one sentence saying which call failed
+    with which inputs (the original traceback is printed above it)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if isinstance(e, tuple(_EXPECTED)):
+                raise
+            try:
+                items = inspect.signature(fn).bind(*args, **kwargs).arguments.items()
+            except TypeError:
+                items = [*((None, a) for a in args), *kwargs.items()]
+            inputs = ", ".join(_describe(v) if k is None else f"{k}={_describe(v)}" for k, v in items if k != "self")
+            raise pytest.fail.Exception(f"{fn.__qualname__}({inputs}) raised {type(e).__name__}: {e}") from e
+    return call
+
+
+@contextlib.contextmanager
+def _expecting(error):
+    _EXPECTED.append(error)
+    try:
+        yield
+    finally:
+        _EXPECTED.pop()
+
+
+for _cls in (LayerNorm, FeedForward, EncoderLayer, DecoderLayer):
+    _cls.__init__, _cls.forward = _guarded(_cls.__init__), _guarded(_cls.forward)
+
+
+def _diff(got, want, rtol=1e-9, atol=1e-10):
+    """Where and how far two tensors of one shape differ, in words."""
+    bad = ~torch.isclose(got, want, rtol=rtol, atol=atol)
+    if not bad.any():
+        return "they agree"
+    gap = torch.where(bad, (got - want).abs().nan_to_num(nan=float("inf")), 0)
+    at = tuple(int(i) for i in torch.unravel_index(gap.flatten().argmax(), gap.shape))
+    g, w = gap[at].item(), abs(want[at].item())
+    n = min(17, max(6, 2 + math.ceil(math.log10(w / g)))) if 0 < g < float("inf") and w > 0 else 6
+    return (f"{bad.sum().item()} of {bad.numel()} entries differ, by up to {g:.3g} (at index "
+            f"{list(at)}: {got[at].item():.{n}g} instead of {want[at].item():.{n}g})")
+
+
+def _layernorm_mistakes(x, weight, bias, eps):
+    """Known LayerNorm mistakes -> their own answers, each from F.layer_norm and torch formulas."""
+    n = x.size(-1)
+    plain = F.layer_norm(x, (n,), eps=0.0)                                   # (x - mean) / sqrt(var)
+    std = x.var(-1, unbiased=False, keepdim=True).sqrt()
+    c = n / (n - 1)                                                          # unbiased var = c * biased var
+    return {
+        f"Yours is LayerNorm with the variance divided by d_model - 1. {cause('unbiased_variance')}":
+            F.layer_norm(x, (n,), eps=eps / c) / math.sqrt(c) * weight + bias,
+        f"Yours is (x - mean) / (sqrt(var) + eps). {cause('eps_outside_sqrt')}": plain * std / (std + eps) * weight + bias,
+        f"Yours is what eps=1e-5 gives. {cause('eps_ignored')}": F.layer_norm(x, (n,), weight, bias, eps=1e-5),
+        f"Yours is x_hat * bias + weight. {cause('weight_bias_swapped')}": F.layer_norm(x, (n,), bias, weight, eps=eps),
+        f"Yours is x_hat without weight and bias. {cause('affine_ignored')}": F.layer_norm(x, (n,), eps=eps),
+        f"Yours normalises over the last two dimensions. {cause('normalises_last_two_dims')}":
+            F.layer_norm(x, x.shape[-2:], eps=eps) * weight + bias,
+        f"Yours uses one mean and variance for the whole tensor. {cause('normalises_whole_tensor')}":
+            F.layer_norm(x, x.shape, eps=eps) * weight + bias,
+    }
+
+
+def _known(got, mistakes, rtol=1e-9, atol=1e-10):
+    """The sentence of the one mistake whose own answer is exactly yours (to rounding); "" if none, or if several
+    give this same answer (then these inputs cannot tell which)."""
+    found = [words for words, answer in mistakes.items()
+             if answer.shape == got.shape and torch.allclose(got, answer, rtol=rtol, atol=atol)]
+    return " " + found[0] if len(found) == 1 else ""
+
+
+def _relu_cause():
+    """Why a layer's feed_forward computes relu although the layer was built with activation='gelu': your own
+    FeedForward(..., activation='gelu') tells whether it is the layer (not passing it on) or FeedForward itself."""
+    ff = FeedForward(D, D_FF, activation="gelu").double().eval()
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    with torch.no_grad():
+        own_gelu = torch.allclose(ff(x), ff.linear2(F.gelu(ff.linear1(x))), rtol=1e-9, atol=1e-10)
+    return (cause("activation_not_passed") if own_gelu else
+            "Your FeedForward(..., activation='gelu') itself does not compute gelu (test_feedforward). "
+            + cause("ffn_activation_ignored"))
+
+
+def _components(layer, activation):
+    """A sentence when the layer's own LayerNorms or FeedForward differ from their definitions, or ""."""
+    dtype = layer.norm1.weight.dtype
+    x = torch.randn(3, 4, D, dtype=dtype)
+    tol = {"rtol": 1e-9, "atol": 1e-10} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+    for name in ("norm1", "norm2", "norm3"):
+        norm = getattr(layer, name, None)
+        if isinstance(norm, LayerNorm):
+            with torch.no_grad():
+                got, want = norm(x), F.layer_norm(x, (D,), norm.weight, norm.bias, eps=1e-5)
+            if not torch.allclose(got, want, **tol):
+                return (f" Its {name}, your LayerNorm, differs from nn.LayerNorm itself ({_diff(got, want, **tol)}), so "
+                        f"the layer cannot match: fix LayerNorm first (test_layernorm_matches_pytorch).")
+    ff = layer.feed_forward
+    if isinstance(ff, FeedForward):
+        was = ff.training
+        with torch.no_grad():
+            got = ff.eval()(x)
+            ff.train(was)
+            lin = ff.linear1(x)
+            want = ff.linear2(F.gelu(lin) if activation == "gelu" else F.relu(lin))
+            relu = ff.linear2(F.relu(lin))
+        if not torch.allclose(got, want, **tol):
+            if activation == "gelu" and torch.allclose(got, relu, **tol):
+                return (f" Its feed_forward computes linear2(relu(linear1(x))) although the layer was built with "
+                        f"activation='gelu'. {_relu_cause()}")
+            return (f" Its feed_forward differs from linear2({activation}(linear1(x))) itself ({_diff(got, want, **tol)}): "
+                    f"fix that first (test_feedforward).")
+    return ""
 
 
 def _close(a, b):
@@ -31,10 +158,10 @@ def _close(a, b):
 
 
 def _precision(a, b):
-    """A hint when two float64 results agree only to float32 precision."""
+    """A fact worth stating: two float64 results that agree only to float32 precision."""
     if a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6):
-        return (" (they agree only to about 1e-7, float32 precision: is something computed in float32 on the way, "
-                "e.g. .float() or a float32 tensor created inside?)")
+        return (" (they agree only to about 1e-7, float32's precision; float64 results should agree to rounding, "
+                "about 1e-15)")
     return ""
 
 
@@ -72,9 +199,10 @@ def _copy_attention(mine, theirs):
         theirs.out_proj.bias.copy_(mine.w_o.bias)
 
 
-def _pytorch_copy(mine, decoder, norm_first, activation="relu", dtype=torch.float64):
+def _pytorch_copy(mine, decoder, norm_first, activation="relu", dtype=torch.float64, randomise=True):
     """PyTorch's layer with the weights of `mine` (norms randomised first, so a swapped or skipped norm shows)."""
-    _randomise_norms(mine)
+    if randomise:
+        _randomise_norms(mine)
     cls = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
     theirs = cls(D, H, D_FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first, dtype=dtype)
     _copy_attention(mine.self_attn, theirs.self_attn)
@@ -94,6 +222,29 @@ def _run_theirs(theirs, decoder, x, memory=None, src_mask=None, tgt_mask=None):
     if decoder:
         return theirs(x, memory, tgt_mask=_their_mask(tgt_mask, L), memory_mask=_their_mask(src_mask, L))
     return theirs(x, src_mask=_their_mask(src_mask, L))
+
+
+def _layer_mistakes(mine, decoder, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+    """Known layer mistakes -> their own answers: PyTorch's layer with your weights, built or called the way that
+    mistake does (the other norm placement, relu instead of gelu, a mask left out)."""
+    run = functools.partial(_run_theirs, decoder=decoder, x=x, memory=memory)
+    same = _pytorch_copy(mine, decoder, norm_first, activation, x.dtype, randomise=False)
+    out = {}
+    with torch.no_grad():
+        out[f"Yours is PyTorch's layer with norm_first={not norm_first}. {cause('norm_first_ignored')}"] = run(
+            _pytorch_copy(mine, decoder, not norm_first, activation, x.dtype, randomise=False), src_mask=src_mask,
+            tgt_mask=tgt_mask)
+        if activation == "gelu":
+            out[f"Yours is PyTorch's layer with activation='relu'. {_relu_cause()}"] = run(
+                _pytorch_copy(mine, decoder, norm_first, "relu", x.dtype, randomise=False), src_mask=src_mask,
+                tgt_mask=tgt_mask)
+        if src_mask is not None:
+            out[f"Yours is PyTorch's layer without src_mask. {cause('src_mask_ignored')}"] = run(
+                same, src_mask=None, tgt_mask=tgt_mask)
+        if tgt_mask is not None:
+            out[f"Yours is PyTorch's layer without tgt_mask. {cause('tgt_mask_ignored')}"] = run(
+                same, src_mask=src_mask, tgt_mask=None)
+    return out
 
 
 # ----------------------------------------------------------------------------------- LayerNorm
@@ -122,29 +273,41 @@ def test_layernorm_matches_pytorch(spread, mean):
     assert got.shape == x.shape, f"LayerNorm should keep the shape {tuple(x.shape)}, got {tuple(got.shape)} [{group('layer_norm')}]"
     want = theirs(x)
     if not _close(got, want):
-        hint = ("normalise over the last dimension with the biased variance and eps inside the square root"
-                + _precision(got, want))
-        if mean:
-            hint = ("at a large mean with a tiny spread, E[x^2] - E[x]^2 cancels to noise: take the variance of "
-                    "the centred values, ((x - mean) ** 2).mean(-1)")
-        pytest.fail(f"LayerNorm differs from nn.LayerNorm (float64, input mean {mean:g}, spread {spread:g}): {hint} "
-                    f"[{group('layer_norm')}]")
+        with torch.no_grad():
+            hint = _known(got, _layernorm_mistakes(x, mine.weight, mine.bias, 1e-5))
+            if not hint and mean:
+                centred = x - mean                       # the same values around 0: LayerNorm gives the same answer
+                if _close(mine(centred), theirs(centred)):
+                    hint = (f" Yours is right for the same values centred at 0 (x - {mean:g}) and wrong here, so the "
+                            f"variance loses its digits when the mean is large. {cause('variance_by_moments')}")
+            hint = hint or _precision(got, want)
+        pytest.fail(f"LayerNorm on x [2, 3, 4, {D}] (float64, mean {mean:g}, spread {spread:g}, random weight and "
+                    f"bias) differs from nn.LayerNorm: {_diff(got, want)}.{hint} [{group('layer_norm')}]")
     assert torch.equal(x, before), f"LayerNorm changed its input in place (x -= mean): use out-of-place operations [{group('layer_norm')}]"
 
 
 def test_layernorm_uses_its_eps():
     x = torch.randn(3, 5, D, dtype=torch.float64)
-    got = LayerNorm(D, eps=0.1).double()(x)
-    assert _close(got, nn.LayerNorm(D, eps=0.1, dtype=torch.float64)(x)), (
-        f"LayerNorm(d_model, eps=0.1) differs from nn.LayerNorm(d_model, eps=0.1): use the eps you are given, inside "
-        f"the square root: (x - mean) / sqrt(var + eps) [{group('layer_norm')}]")
+    mine = LayerNorm(D, eps=0.1).double()
+    got = mine(x)
+    want = nn.LayerNorm(D, eps=0.1, dtype=torch.float64)(x)
+    if not _close(got, want):
+        with torch.no_grad():
+            hint = _known(got, _layernorm_mistakes(x, mine.weight, mine.bias, 0.1))
+        pytest.fail(f"LayerNorm(d_model, eps=0.1) on x [3, 5, {D}] differs from nn.LayerNorm(d_model, eps=0.1): "
+                    f"{_diff(got, want)}.{hint} [{group('layer_norm')}]")
 
 
 def test_layernorm_keeps_float32():
     x = torch.randn(3, D)
     got = LayerNorm(D)(x)
     assert got.dtype == torch.float32, f"float32 input and parameters should give float32, got {got.dtype} [{group('layer_norm')}]"
-    assert torch.allclose(got, nn.LayerNorm(D)(x), atol=1e-5), f"LayerNorm differs from nn.LayerNorm in float32 [{group('layer_norm')}]"
+    want = nn.LayerNorm(D)(x)
+    if not torch.allclose(got, want, atol=1e-5):
+        with torch.no_grad():
+            hint = _known(got, _layernorm_mistakes(x, torch.ones(D), torch.zeros(D), 1e-5), 1e-5, 1e-5)
+        pytest.fail(f"LayerNorm on float32 x [3, {D}] differs from nn.LayerNorm: {_diff(got, want, 0, 1e-5)}.{hint} "
+                    f"[{group('layer_norm')}]")
 
 
 # --------------------------------------------------------------------------------- FeedForward
@@ -161,14 +324,26 @@ def test_feedforward(activation, fn):
     assert got.shape == (3, 5, D), f"FeedForward should give [B, L, d_model] = (3, 5, {D}), got {tuple(got.shape)} [{group('feed_forward')}]"
     assert torch.equal(x, before), f"FeedForward changed its input in place: leave x as it was [{group('feed_forward')}]"
     want = ff.linear2(fn(ff.linear1(x)))
-    assert _close(got, want), f"FeedForward({activation!r}) should compute linear2({activation}(linear1(x)))" + (
-        " with the exact (erf) GELU, not the tanh approximation" if activation == "gelu" else "") + f" [{group('feed_forward')}]"
+    if not _close(got, want):
+        with torch.no_grad():
+            h = ff.linear1(x)
+            other = "gelu" if activation == "relu" else "relu"
+            hint = _known(got, {
+                f"Yours is linear2(gelu(linear1(x))) with the tanh approximation. {cause('ffn_tanh_gelu')}":
+                    ff.linear2(F.gelu(h, approximate="tanh")),
+                f"Yours is linear2({other}(linear1(x))). {cause('ffn_activation_ignored')}":
+                    ff.linear2(F.gelu(h) if other == "gelu" else F.relu(h)),
+                f"Yours is linear2(linear1(x)). {cause('ffn_no_activation')}": ff.linear2(h),
+                f"Yours is {activation}(linear2(linear1(x))). {cause('ffn_activation_after_linear2')}": fn(ff.linear2(h)),
+            })
+        pytest.fail(f"FeedForward(activation={activation!r}) on x [3, 5, {D}] should compute "
+                    f"linear2({activation}(linear1(x))): {_diff(got, want)}.{hint} [{group('feed_forward')}]")
 
 
 @pytest.mark.parametrize("cls", [FeedForward, EncoderLayer, DecoderLayer], ids=lambda c: c.__name__)
 def test_rejects_unknown_activation(cls):
     args = (D, D_FF) if cls is FeedForward else (D, H, D_FF)
-    with pytest.raises(ValueError) as info:
+    with _expecting(ValueError), pytest.raises(ValueError) as info:
         cls(*args, activation="tanh")
     msg = str(info.value)
     assert "relu" in msg and "gelu" in msg, (
@@ -184,23 +359,39 @@ def test_feedforward_dropout_on_hidden_activations():
     with torch.no_grad():
         ff.linear2.weight.zero_()
         ff.linear2.bias.fill_(1.0)
-    assert torch.equal(ff(x), torch.ones(4, 10, W, dtype=torch.float64)), (
-        "FeedForward(dropout=0.5) in training mode drops values after linear2 (with linear2's weights zero and bias "
-        "one the output should be all ones): the dropout belongs on the hidden activations, between the activation "
-        f"and linear2 [{group('feed_forward')}]")
+    got = ff(x)
+    if not torch.equal(got, torch.ones(4, 10, W, dtype=torch.float64)):
+        zeros = (got == 0).double().mean().item()
+        pytest.fail("FeedForward(dropout=0.5) in training mode, with linear2's weights zero and its bias one, should "
+                    "give all ones (whatever comes before linear2); "
+                    + (f"{zeros:.0%} of yours are 0, so values are dropped after linear2: the dropout belongs on the "
+                       "hidden activations, between the activation and linear2" if zeros else
+                       f"yours range from {got.min().item():.4g} to {got.max().item():.4g}, so something after linear2 "
+                       "changes them") + f" [{group('feed_forward')}]")
     with torch.no_grad():                                                 # now the output is drop(gelu(linear1(x)))
         ff.linear2.weight.copy_(torch.eye(W))
         ff.linear2.bias.zero_()
     h = F.gelu(ff.linear1(x))
     out = ff(x)
     kept = out != 0
+    if (not torch.allclose(out[kept], 2 * h[kept], atol=1e-12)
+            and torch.allclose(out[kept], 2 * F.relu(ff.linear1(x))[kept], atol=1e-12)):
+        pytest.fail("FeedForward(dropout=0.5, activation='gelu') in training mode, linear2 the identity: the hidden "
+                    "values it keeps are relu(linear1(x)) / (1 - p), not gelu(linear1(x)) / (1 - p). "
+                    f"{cause('ffn_activation_ignored')} [{group('feed_forward')}]")
     assert 0.35 < kept.double().mean() < 0.65, (
         "FeedForward(dropout=0.5) in training mode does not drop about half of its hidden activations "
         f"(kept {kept.double().mean():.0%}): linear2(dropout(activation(linear1(x)))) [{group('feed_forward')}]")
-    assert torch.allclose(out[kept], 2 * h[kept], atol=1e-12), (
-        "FeedForward(dropout=0.5, activation='gelu') in training mode: the kept hidden values are not "
-        "gelu(linear1(x)) / (1 - p); the dropout goes after the activation, not before it "
-        f"[{group('feed_forward')}]")
+    if not torch.allclose(out[kept], 2 * h[kept], atol=1e-12):
+        lin = ff.linear1(x)
+        hint = _known(out[kept], {
+            "Yours are gelu(2 * linear1(x)): the dropout comes before the activation; it goes after it.":
+                F.gelu(2 * lin)[kept],
+            "Yours are gelu(linear1(x)), not rescaled: the kept values must be divided by (1 - p).": h[kept],
+        }, 0, 1e-12)
+        pytest.fail("FeedForward(dropout=0.5, activation='gelu') in training mode, linear2 the identity: the kept "
+                    f"hidden values should be gelu(linear1(x)) / (1 - p): {_diff(out[kept], 2 * h[kept], 0, 1e-12)}."
+                    f"{hint} [{group('feed_forward')}]")
 
 
 # ------------------------------------------------------------------------ layers vs PyTorch
@@ -217,10 +408,13 @@ def test_encoder_layer_matches_pytorch(norm_first, activation):
     want = _run_theirs(theirs, False, x, src_mask=src_mask)
     assert got.shape == (3, 5, D), f"EncoderLayer should give [B, L, d_model] = (3, 5, {D}), got {tuple(got.shape)} [{group('encoder_layer')}]"
     kind = "pre-LN: x + drop(sublayer(norm(x)))" if norm_first else "post-LN: norm(x + drop(sublayer(x)))"
-    assert _close(got, want), (
-        f"EncoderLayer ({kind}, {activation}, a padding mask [3, 1, 5]) differs from nn.TransformerEncoderLayer with "
-        f"the same weights{_precision(got, want)}: the activation goes to feed_forward, the mask to self_attn "
-        f"[{group('encoder_layer')}]")
+    if not _close(got, want):
+        hint = (_components(mine, activation)
+                or _known(got, _layer_mistakes(mine, False, norm_first, activation, x, src_mask=src_mask))
+                or _precision(got, want))
+        pytest.fail(f"EncoderLayer ({kind}, {activation}) on x [3, 5, {D}] with a padding mask [3, 1, 5] differs from "
+                    f"nn.TransformerEncoderLayer with the same weights: {_diff(got, want)}.{hint} "
+                    f"[{group('encoder_layer')}]")
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
@@ -236,11 +430,14 @@ def test_decoder_layer_matches_pytorch(norm_first, activation):
     got = mine(x, memory, src_mask, tgt_mask)                             # positional: (x, memory, src_mask, tgt_mask)
     want = _run_theirs(theirs, True, x, memory, src_mask, tgt_mask)
     assert got.shape == (B, Lt, D), f"DecoderLayer should give [B, Lt, d_model] = ({B}, {Lt}, {D}), got {tuple(got.shape)} [{group('decoder_layer')}]"
-    assert _close(got, want), (
-        f"DecoderLayer ({'pre' if norm_first else 'post'}-LN, {activation}) differs from nn.TransformerDecoderLayer with "
-        f"the same weights{_precision(got, want)}: check the order self-attention (tgt_mask) -> cross-attention "
-        "(queries from x, keys/values from memory, src_mask) -> feed-forward (with the activation you are given), and "
-        f"which norm goes with which sub-layer [{group('decoder_layer')}]")
+    if not _close(got, want):
+        hint = (_components(mine, activation)
+                or _known(got, _layer_mistakes(mine, True, norm_first, activation, x, memory, src_mask, tgt_mask))
+                or _precision(got, want))
+        pytest.fail(f"DecoderLayer ({'pre' if norm_first else 'post'}-LN, {activation}) on x [{B}, {Lt}, {D}], memory "
+                    f"[{B}, {Ls}, {D}], src_mask [{B}, 1, {Ls}] and tgt_mask [{B}, {Lt}, {Lt}] (causal and padding) "
+                    f"differs from nn.TransformerDecoderLayer with the same weights: {_diff(got, want)}.{hint} "
+                    f"[{group('decoder_layer')}]")
 
 
 @pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
@@ -254,10 +451,21 @@ def test_layers_without_masks_match_pytorch(decoder, norm_first):
     memory = torch.randn(2, 3, D, dtype=torch.float64)
     got = mine(x, memory) if decoder else mine(x)
     want = theirs(x, memory) if decoder else theirs(x)
-    assert _close(got, want), (
-        f"{cls.__name__} called without masks differs from PyTorch's layer without masks: a mask that is None means "
-        "no mask at all (nothing causal is added for you)" + (f". {cause('tgt_mask_added')}" if decoder else "")
-        + f" [{group('decoder_layer' if decoder else 'encoder_layer')}]")
+    if not _close(got, want):
+        causal = torch.ones(4, 4, dtype=torch.bool).tril()
+        with torch.no_grad():
+            added = (_run_theirs(theirs, True, x, memory, tgt_mask=causal) if decoder
+                     else _run_theirs(theirs, False, x, src_mask=causal))
+        if _close(got, added):
+            hint = (" Yours is PyTorch's layer given a causal mask: a mask that is None means no mask at all (nothing "
+                    "causal is added for you)." + (f" {cause('tgt_mask_added')}" if decoder else ""))
+        else:
+            hint = _components(mine, "relu") or _known(
+                got, _layer_mistakes(mine, decoder, norm_first, "relu", x, memory if decoder else None)) or _precision(got, want)
+        pytest.fail(f"{cls.__name__} ({'pre' if norm_first else 'post'}-LN) called without masks on x [2, 4, {D}]"
+                    + (f" and memory [2, 3, {D}]" if decoder else "")
+                    + f" differs from PyTorch's layer without masks: {_diff(got, want)}.{hint} "
+                    f"[{group('decoder_layer' if decoder else 'encoder_layer')}]")
 
 
 @pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
@@ -271,8 +479,8 @@ def test_layers_in_float32(decoder):
     want = _run_theirs(theirs, decoder, x, memory, src_mask, tgt_mask) if decoder else _run_theirs(theirs, False, x, src_mask=src_mask[:, :, :4])
     assert got.dtype == torch.float32, f"{cls.__name__} on float32 inputs returns {got.dtype}; keep float32 [{group('decoder_layer' if decoder else 'encoder_layer')}]"
     assert torch.allclose(got, want, atol=1e-5), (
-        f"{cls.__name__} (pre-LN, gelu) differs from PyTorch's layer in float32 "
-        f"[{group('decoder_layer' if decoder else 'encoder_layer')}]")
+        f"{cls.__name__} (pre-LN, gelu) on float32 inputs with masks differs from PyTorch's layer: "
+        f"{_diff(got, want, 0, 1e-5)}.{_components(mine, 'gelu')} [{group('decoder_layer' if decoder else 'encoder_layer')}]")
 
 
 # ------------------------------------------------------------------------------- behaviour
@@ -325,10 +533,13 @@ def test_layers_leave_their_inputs_unchanged(decoder, norm_first):
         before = {k: v.clone() for k, v in inputs.items()}
         layer(**inputs)
         for name, value in inputs.items():
-            assert value.shape == before[name].shape and torch.equal(value, before[name]), (
+            b = before[name]
+            changed = (f"its shape from {list(b.shape)} to {list(value.shape)}" if value.shape != b.shape
+                       else f"{(value != b).sum().item()} of its values")
+            assert value.shape == b.shape and torch.equal(value, b), (
                 f"{cls.__name__} ({'pre' if norm_first else 'post'}-LN, {mode} mode) changed its input `{name}` in place "
-                f"(x += ..., mask.unsqueeze_(...)): write x = x + ... and leave the caller's tensors as they were "
-                f"[{group('behaviour')}]")
+                f"({changed}): in-place operations (+=, unsqueeze_, masked_fill_, ...) on the caller's tensors; leave "
+                f"them as they were (x = x + ...) [{group('behaviour')}]")
 
 
 # ----------------------------------------------------------------------- dropout (training mode)
@@ -350,7 +561,8 @@ class _Probe(nn.Module):
 @pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_residual_dropout_on_each_sublayer_output(decoder, norm_first):
-    """Sub-layers replaced by constants 1, 10, 100 and the norms by identities: then, in training mode with
+    """Sub-layers replaced by constants (1, 10 for the encoder; 1, 10, 100 for the decoder) and the norms by
+    identities: then, in training mode with
     dropout p = 0.3, (out - x) * (1 - p) is the sum of the constants kept, each kept about 70% of the time, and
     each sub-layer is given the stream so far (x plus the kept outputs before it), never a dropped copy."""
     torch.manual_seed(1)
@@ -370,33 +582,60 @@ def test_residual_dropout_on_each_sublayer_output(decoder, norm_first):
     kept = (out - x) * (1 - p)                                            # sum of kept constants, if all is right
     digits = [torch.div(kept.round(), 10 ** i, rounding_mode="floor") % 10 for i in range(len(names))]
     whole = torch.allclose(kept, kept.round(), atol=1e-9) and all(((d == 0) | (d == 1)).all() for d in digits)
-    assert whole and torch.allclose(sum(d * 10 ** i for i, d in enumerate(digits)), kept, atol=1e-9), (
-        f"{where}: with every sub-layer returning a constant (1, 10, 100) and the norms set to identities, "
-        f"(out - x) * (1 - p) should be a sum of the kept constants. It is not: dropout acts on the residual sum "
-        f"(x + sublayer(x)) or on the stream itself, a sub-layer output is added without dropout or at another rate, "
-        f"or dropped twice; it belongs once on each sub-layer's output before the residual add: "
-        f"x + drop(sublayer(...)) [{group('dropout')}]")
+    if not (whole and torch.allclose(sum(d * 10 ** i for i, d in enumerate(digits)), kept, atol=1e-9)):
+        constants = ", ".join(f"{name} {10 ** i}" for i, name in enumerate(names))
+        sums = sorted({sum(10 ** i for i in range(len(names)) if s >> i & 1) for s in range(2 ** len(names))})
+        zeros = (out == 0).double().mean().item()
+        bad = ~torch.stack([torch.isclose(kept, torch.full_like(kept, s), atol=1e-9) for s in sums]).any(0)
+        at = tuple(int(i) for i in torch.unravel_index(bad.double().flatten().argmax(), bad.shape))
+        pytest.fail(
+            f"{where}: with the sub-layers returning constants ({constants}) and the norms set to identities, "
+            f"(out - x) * (1 - p) should be a sum of kept constants, one of {sums}, at every entry; "
+            + (f"{zeros:.0%} of your outputs are exactly 0, and x is random, so the stream itself, x included, is "
+               "dropped somewhere (as drop(x + sublayer(x)) does). Dropout belongs once on each sub-layer's output "
+               "before the residual add, x + drop(sublayer(...)), never on the sum or the stream" if zeros > 0.05 else
+               f"at index {list(at)} it is {kept[at].item():.6g}. Dropout belongs once on each sub-layer's output "
+               "before the residual add: x + drop(sublayer(...))")
+            + f" [{group('dropout')}]")
     for i, name in enumerate(names):
         share = digits[i].mean().item()
         assert 0.6 < share < 0.8, (
-            f"{where}: the output of {name} is kept in {share:.0%} of the positions, not about {1 - p:.0%}: "
-            + ("it reaches the residual without dropout" if share >= 0.8 else "it is dropped too often")
+            f"{where}: the output of {name} is kept in {share:.0%} of the positions, not about {1 - p:.0%}"
+            + (": it reaches the residual without dropout" if share == 1 else "")
             + f"; apply the layer's dropout once to each sub-layer's output before the residual add [{group('dropout')}]")
     stream = x
     for i, (name, probe) in enumerate(zip(names, probes)):
         assert len(probe.inputs) == 1, f"{where}: {name} was called {len(probe.inputs)} times, not once [{group('dropout')}]"
         got = probe.inputs[0]
         keys = memory if name == "cross_attn" else stream
-        assert _close(got[0], stream) and (name == "feed_forward" or (_close(got[1], keys) and _close(got[2], keys))), (
-            f"{where}: {name} is not given the stream so far ({'x' if i == 0 else 'x plus the kept outputs before it'}"
-            f"{', with memory as keys and values' if name == 'cross_attn' else ''}): dropout acts on a sub-layer's "
-            f"input, or on the stream; it belongs on the sub-layer's output only [{group('dropout')}]")
+        assert name == "feed_forward" or len(got) >= 3, (
+            f"{where}: {name} was called with {len(got)} tensor argument(s), not (query, key, value, mask) "
+            f"[{group('dropout')}]")
+        wrong = [(what, a, b) for what, a, b in zip(("its first input", "its keys", "its values"), got,
+                                                     (stream, keys, keys))][:1 if name == "feed_forward" else 3]
+        wrong = [(what, a, b) for what, a, b in wrong if not _close(a, b)]
+        if wrong:
+            what, a, b = wrong[0]
+            nz = a != 0
+            dropped = bool((~nz).any()) and torch.allclose(a[nz], b[nz] / (1 - p))
+            pytest.fail(f"{where}: {what} of {name} should be "
+                        + ("memory" if b is memory else ("x" if i == 0 else "the stream so far, x plus the kept outputs before it"))
+                        + f": {_diff(a, b)}"
+                        + (f". {(~nz).double().mean().item():.0%} of it is 0 and the rest is the stream / (1 - p): a "
+                           "dropped copy; dropout belongs on the sub-layer's output only" if dropped else "")
+                        + f" [{group('dropout')}]")
         stream = stream + digits[i] * 10 ** i / (1 - p)
     layer.eval()
     out = layer(x, memory) if decoder else layer(x)
-    assert torch.allclose(out - x, torch.full_like(x, sum(10.0 ** i for i in range(len(names))))), (
-        f"{cls.__name__} in eval mode still drops sub-layer outputs: dropout acts in training mode only "
-        f"(nn.Dropout, or F.dropout(..., training=self.training)) [{group('behaviour')}]")
+    total = sum(10.0 ** i for i in range(len(names)))
+    if not torch.allclose(out - x, torch.full_like(x, total)):
+        seen = (out - x) * (1 - p)
+        drops = torch.allclose(seen, seen.round(), atol=1e-9) and bool((seen.round() < total).any())
+        pytest.fail(f"{cls.__name__} in eval mode, sub-layers returning constants and norms set to identities: out - x "
+                    f"should be {total:g} everywhere: {_diff(out - x, torch.full_like(x, total))}"
+                    + (". Yours are kept constants / (1 - p), as in training: dropout still acts in eval mode; it acts "
+                       "in training mode only (nn.Dropout, or F.dropout(..., training=self.training))" if drops else "")
+                    + f" [{group('behaviour')}]")
 
 
 @pytest.mark.parametrize("decoder", [False, True], ids=["encoder", "decoder"])
@@ -412,10 +651,19 @@ def test_layer_dropout_reaches_attention_and_feed_forward(decoder):
     for name in (["self_attn", "cross_attn"] if decoder else ["self_attn"]):
         w = getattr(layer, name).attn_weights                             # 4 * 2 * 8 * 8 = 512 weights
         share = (w == 0).double().mean().item()
+        rate = getattr(getattr(layer, name), "dropout", None)
+        if isinstance(rate, float) and rate == p:
+            why = (f": it was built with the layer's rate {p}, so the other zeros are weights that are 0 before dropout, "
+                   f"though the layer was called without any mask" if share > p else
+                   f": it was built with the layer's rate {p}, yet fewer of the weights it keeps in attn_weights are 0")
+        elif isinstance(rate, float):
+            why = (f": it was built with dropout={rate}; build it with the layer's dropout, "
+                   f"MultiHeadAttention(d_model, num_heads, dropout)")
+        else:
+            why = ": build it with the layer's dropout, MultiHeadAttention(d_model, num_heads, dropout)"
         assert abs(share - p) < 0.08, (
             f"{cls.__name__}(dropout={p}) in training mode drops {share:.0%} of the attention weights of {name}, not "
-            f"about {p:.0%}: build it with the layer's dropout, MultiHeadAttention(d_model, num_heads, dropout) "
-            f"[{group('dropout')}]")
+            f"about {p:.0%}{why} [{group('dropout')}]")
     ff = layer.feed_forward
     with torch.no_grad():
         ff.linear2.weight.copy_(torch.eye(D))
@@ -425,10 +673,23 @@ def test_layer_dropout_reaches_attention_and_feed_forward(decoder):
     out = ff(xs)
     dropped = (out == 0).double().mean().item()
     kept = out != 0
-    assert abs(dropped - p) < 0.06 and torch.allclose(out[kept], h[kept] / (1 - p), atol=1e-12), (
-        f"{cls.__name__}(dropout={p}, activation='gelu') in training mode: its feed_forward drops {dropped:.0%} of the "
-        f"hidden activations, not about {p:.0%}, or keeps values other than gelu(linear1(x)) / (1 - p): build it with "
-        f"the layer's dropout and activation, FeedForward(d_model, d_ff, dropout, activation) [{group('dropout')}]")
+    lin = ff.linear1(xs)
+    if (not torch.allclose(out[kept], h[kept] / (1 - p), atol=1e-12)
+            and torch.allclose(out[kept], F.relu(lin)[kept] / (1 - p), atol=1e-12)):
+        pytest.fail(f"{cls.__name__}(dropout={p}, activation='gelu') in training mode: the values its feed_forward keeps "
+                    f"are relu(linear1(x)) / (1 - p), not gelu(linear1(x)) / (1 - p) (linear2 set to the identity). "
+                    f"{_relu_cause()} [{group('dropout')}]")
+    assert abs(dropped - p) < 0.06, (
+        f"{cls.__name__}(dropout={p}) in training mode: its feed_forward drops {dropped:.0%} of the hidden "
+        f"activations, not about {p:.0%}: build it with the layer's dropout, FeedForward(d_model, d_ff, dropout, "
+        f"activation) [{group('dropout')}]")
+    if not torch.allclose(out[kept], h[kept] / (1 - p), atol=1e-12):
+        hint = _known(out[kept], {
+            "Yours are gelu(linear1(x) / (1 - p)): the dropout comes before the activation; it goes after it.":
+                F.gelu(lin / (1 - p))[kept]}, 0, 1e-12)
+        pytest.fail(f"{cls.__name__}(dropout={p}, activation='gelu') in training mode: the values its feed_forward "
+                    f"keeps should be gelu(linear1(x)) / (1 - p) (linear2 set to the identity): "
+                    f"{_diff(out[kept], h[kept] / (1 - p), 0, 1e-12)}.{hint} [{group('dropout')}]")
 
 
 # --------------------------------------------------------------------- gradients, loops, APIs
@@ -458,11 +719,12 @@ def test_gradients_reach_everything(decoder, norm_first):
     src_mask, tgt_mask = _masks(2, 4, 3 if decoder else 4)
     g = torch.randn(2, 4, D, dtype=torch.float64)
     if decoder:
-        (layer(x, memory, src_mask, tgt_mask) * g).sum().backward()    # (.backward(g) imports sympy: slow)
-        (_run_theirs(theirs, True, x2, memory2, src_mask, tgt_mask) * g).sum().backward()
+        got, want = layer(x, memory, src_mask, tgt_mask), _run_theirs(theirs, True, x2, memory2, src_mask, tgt_mask)
     else:
-        (layer(x, src_mask) * g).sum().backward()
-        (_run_theirs(theirs, False, x2, src_mask=src_mask) * g).sum().backward()
+        got, want = layer(x, src_mask), _run_theirs(theirs, False, x2, src_mask=src_mask)
+    (got * g).sum().backward()                                          # (.backward(g) imports sympy: slow)
+    (want * g).sum().backward()
+    same_values = _close(got.detach(), want.detach())
     pairs = [("x", x.grad, x2.grad)] + ([("memory", memory.grad, memory2.grad)] if decoder else [])
     for sub in ("self_attn", "cross_attn") if decoder else ("self_attn",):
         for proj in ("w_q", "w_k", "w_v", "w_o"):
@@ -478,9 +740,13 @@ def test_gradients_reach_everything(decoder, norm_first):
             pairs.append((f"{norm}.{kind}", getattr(getattr(layer, norm), kind).grad, _their_grad(theirs, f"{norm}.{kind}")))
     for name, a, b in pairs:
         assert a is not None and _close(a, b), (
-            f"{cls.__name__} (norm_first={norm_first}): the gradient of {name} differs from PyTorch's layer"
-            f"{' (none reached it)' if a is None else ''}: is something detached on the way (the residual path x, "
-            f"memory, a sub-layer's output)? [{group('gradients')}]")
+            f"{cls.__name__} (norm_first={norm_first}): the gradient of {name} differs from PyTorch's layer "
+            + ("(none reached it)" if a is None else f"({_diff(a, b)})")
+            + (", while the output is the same as PyTorch's: autograd does not see all of how the output depends on "
+               f"{name}; something on the way is cut from the graph (.detach(), torch.no_grad(), .data)"
+               if same_values else
+               f", because the output itself differs ({_diff(got.detach(), want.detach())}): fix the values first "
+               "(the layer tests)") + f" [{group('gradients')}]")
 
 
 _LOOP_MASKS = {   # kind -> (decoder?, masks for (B, Lt, Ls))
@@ -501,8 +767,12 @@ def test_no_loops(kind):
     counts = {}
     for label, (b, lt, ls) in {"base (B=2, L=3)": (2, 3, 4), "batch 5": (5, 3, 4), "length 7": (2, 7, 8)}.items():
         x, memory = torch.randn(b, lt, D), torch.randn(b, ls, D)
-        with TorchCalls() as calls:
-            layer(x, memory, **make(b, lt, ls)) if decoder else layer(x, **make(b, lt, ls))
+        try:
+            with TorchCalls() as calls:
+                layer(x, memory, **make(b, lt, ls)) if decoder else layer(x, **make(b, lt, ls))
+        except pytest.fail.Exception as failure:
+            pytest.fail(f"with {kind} at size {label}: {failure.msg.rstrip('.')}. No verdict on loops here: the value tests report "
+                        f"this failure")
         counts[label] = calls.count
     assert len(set(counts.values())) == 1, (
         f"{cls.__name__} ({kind}) makes a different number of torch calls as a size grows: {counts}. A count that "

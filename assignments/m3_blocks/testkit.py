@@ -22,7 +22,23 @@ GROUPS = {
 }
 
 CAUSES = {
+    'activation_not_passed': "the layer builds its feed_forward without `activation`, so it always uses FeedForward's default relu: FeedForward(d_model, d_ff, dropout, activation).",
+    'affine_ignored': 'the learned weight and bias are not applied: y = x_hat * weight + bias.',
+    'eps_ignored': 'the `eps` given to the constructor is not used (1e-5 is used whatever eps says): store it (self.eps = eps) and add self.eps inside the square root.',
+    'eps_outside_sqrt': 'eps is added outside the square root (std + eps); it belongs inside: (x - mean) / sqrt(var + eps). The difference is tiny at unit scale but large when the features vary little.',
+    'ffn_activation_after_linear2': 'the activation is applied after linear2; it goes between the two linear layers: linear2(dropout(activation(linear1(x)))).',
+    'ffn_activation_ignored': 'the `activation` argument is not followed (relu and gelu are swapped or one is always used).',
+    'ffn_no_activation': 'the activation is missing: linear2(dropout(activation(linear1(x)))).',
+    'ffn_tanh_gelu': "this is the tanh approximation of GELU; use the exact one: F.gelu(h) (approximate='none').",
+    'norm_first_ignored': 'norm_first is not followed: norm_first=True is pre-LN (normalise before each sub-layer), False is post-LN (normalise after the residual add).',
+    'normalises_last_two_dims': "the statistics run over the last two dimensions; LayerNorm normalises each position's features only: mean and variance over dim=-1.",
+    'normalises_whole_tensor': 'one mean and variance are taken over the whole tensor; each position needs its own, over its features: mean and variance over dim=-1 (keepdim=True).',
+    'src_mask_ignored': 'src_mask is not passed on: the attention to the source must get it (encoder: self_attn(..., src_mask); decoder: cross_attn(..., src_mask)).',
     'tgt_mask_added': 'with tgt_mask=None the self-attention must see every position: a mask that is None means no mask (the caller passes the causal mask; none is added inside the layer).',
+    'tgt_mask_ignored': 'the self-attention ignores tgt_mask, so the decoder sees future positions: self_attn(x, x, x, tgt_mask).',
+    'unbiased_variance': 'the variance is the unbiased one (divided by d_model - 1); LayerNorm uses the biased variance: ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False).',
+    'variance_by_moments': 'the variance is computed as E[x^2] - E[x]^2: when the mean is large compared with the spread, the two terms are nearly equal and their difference keeps few correct digits (catastrophic cancellation), even in float64. Compute it as the mean of the squared deviations: ((x - mean) ** 2).mean(-1, keepdim=True).',
+    'weight_bias_swapped': 'weight and bias are swapped: y = x_hat * weight + bias.',
 }
 
 # the public tests whose failure messages name each group (what check(group) runs)

@@ -22,6 +22,12 @@ GROUPS = {
 
 CAUSES = {
     'bias_ignored': '`bias=False` must create the projections without a bias: nn.Linear(d_model, d_model, bias=bias).',
+    'keys_values_swapped': 'keys and values are swapped: k = w_k(key) and v = w_v(value).',
+    'mask_no_head_dim': 'a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) before it meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.',
+    'mask_unsqueeze_always': 'only 3-D masks need the head dimension: a 2-D causal mask [Lq, Lk] already broadcasts, and unsqueeze(1) turns it into [Lq, 1, Lk], which lines the queries up with the heads.',
+    'merge_no_transpose': 'merge_heads flattens [B, H, L, d_k] without moving the head dimension back after the length: transpose(1, 2) first, then reshape to [B, L, H*d_k].',
+    'split_interleaved': 'head h must hold features h*d_k:(h+1)*d_k (contiguous blocks), not every H-th feature: reshape to [B, L, H, d_k], not [B, L, d_k, H].',
+    'split_plain_view': 'split_heads views [B, L, d_model] straight as [B, H, L, d_k], which mixes positions into heads: reshape to [B, L, H, d_k] first, then transpose(1, 2).',
     'value_from_key': 'the values are projected from the `key` input; values come from `value`: v = w_v(value).',
 }
 
