@@ -5,8 +5,8 @@ A quick subset of the grader's checks: shapes, head layout, the ValueError (and 
 torch.nn.MultiheadAttention given the same weights (padding, causal and combined masks, cross-attention,
 bias=False), the per-head weights kept in attn_weights (detached), dropout (training mode only, at its
 rate), gradients, inputs left unchanged, loops (torch calls counted as a size grows, with every kind of
-mask) and the forbidden functions. A failing test names the hidden check group that would lose points
-(testkit.py). The hidden checks go further.
+mask) and the forbidden functions. A failing test names the hidden check group that checks the same thing
+(testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 """
 import contextlib
 import fnmatch

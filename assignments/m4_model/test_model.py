@@ -8,8 +8,8 @@ weight tying, parameter counts (against nn.Transformer of a small size), the who
 torch.nn.Transformer given the same weights (encode, decode and forward; every setting passed on: dropout,
 activation, norm_first, max_len), gradients reaching every parameter, Xavier initialisation (norms left at
 their defaults), inputs left unchanged, no PyTorch Transformer modules, no loops (torch calls counted as the
-batch and the lengths grow, with and without masks). A failing test names the hidden check group that would
-lose points (testkit.py). The hidden checks go further.
+batch and the lengths grow, with and without masks). A failing test names the hidden check group that checks
+the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 """
 import math
 

@@ -2,7 +2,7 @@
 
 One source for every word a public test and the grader both say:
 - GROUPS: each hidden check group of the milestone with its points and one-line description (course.yaml),
-  so a failing public test names the group that would lose points;
+  so a failing public test names the group that checks the same thing;
 - CAUSES: the likely-cause texts of the grader's mistake catalogue (autograder/milestones/<mid>/,
   `CATALOGUE.mistakes()`), only those the milestone's public tests cite as `cause("id")`: the same
   sentence the student's report would show for that mistake. Texts only: no check code leaves the grader.
@@ -41,9 +41,12 @@ def tests_of_groups(course: Course, m: Milestone) -> dict[str, list[str]]:
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 for sub in ast.walk(node):
-                    if (isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "group" and sub.args
-                            and isinstance(sub.args[0], ast.Constant) and node.name not in out.get(sub.args[0].value, [])):
-                        out.setdefault(sub.args[0].value, []).append(node.name)
+                    if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "group" and sub.args:
+                        # every name the call can give: group("x"), or group("x" if decoder else "y")
+                        for name in (c.value for c in ast.walk(sub.args[0])
+                                     if isinstance(c, ast.Constant) and isinstance(c.value, str)):
+                            if node.name not in out.get(name, []):
+                                out.setdefault(name, []).append(node.name)
     return out
 
 

@@ -45,10 +45,10 @@ CAUSES = {
 TESTS_OF_GROUP = {
     'layer_norm': ['test_layernorm_parameters', 'test_layernorm_matches_pytorch', 'test_layernorm_uses_its_eps', 'test_layernorm_keeps_float32'],
     'feed_forward': ['test_feedforward', 'test_feedforward_dropout_on_hidden_activations'],
-    'encoder_layer': ['test_encoder_layer_matches_pytorch'],
-    'decoder_layer': ['test_decoder_layer_matches_pytorch'],
+    'encoder_layer': ['test_encoder_layer_matches_pytorch', 'test_layers_without_masks_match_pytorch', 'test_layers_in_float32', 'test_layers_leave_their_inputs_unchanged'],
+    'decoder_layer': ['test_decoder_layer_matches_pytorch', 'test_layers_without_masks_match_pytorch', 'test_layers_in_float32', 'test_layers_leave_their_inputs_unchanged'],
     'gradients': ['test_gradients_reach_everything'],
-    'behaviour': ['test_decoder_layer_does_not_look_ahead_with_a_causal_mask', 'test_eval_mode_has_no_dropout', 'test_layers_leave_their_inputs_unchanged', 'test_residual_dropout_on_each_sublayer_output'],
+    'behaviour': ['test_decoder_layer_does_not_look_ahead_with_a_causal_mask', 'test_eval_mode_has_no_dropout', 'test_residual_dropout_on_each_sublayer_output'],
     'dropout': ['test_residual_dropout_on_each_sublayer_output', 'test_layer_dropout_reaches_attention_and_feed_forward'],
     'structure': ['test_rejects_unknown_activation', 'test_encoder_layer_matches_pytorch', 'test_decoder_layer_matches_pytorch', 'test_submodule_names'],
     'vectorization': ['test_no_loops'],
