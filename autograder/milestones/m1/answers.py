@@ -23,10 +23,11 @@ def _pair(w, v):
     return w @ v, w
 
 
-# Named only where it reproduces the answer: float64 inputs whose weights went through a float32 softmax (its
-# gradients too, so that the gradients check charges the same mistake, once, with the values checks).
-@CATALOGUE.entry("attention", "lower_precision", "the attention weights are computed in float32 and converted "
-                 "back (e.g. softmax(scores.float()).type_as(scores)): keep float64 inputs in float64 throughout.")
+# Float64 inputs through a float32 softmax; it also fits, to float32 precision, any other float32 step (a float32
+# scale), so its sentence claims only that. Its gradients too: the gradients check charges it once with the values.
+@CATALOGUE.entry("attention", "lower_precision", "part of the attention is computed in float32 and converted back "
+                 "(the result agrees with the right one only to float32 precision, as with softmax(scores.float())"
+                 ".type_as(scores) or a float32 scale factor): keep float64 inputs in float64 throughout.")
 def _weights_in_float32(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, softmax_dtype=torch.float32), v) if q.dtype == torch.float64 else None
 
