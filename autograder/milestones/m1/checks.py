@@ -387,11 +387,19 @@ def dtype_inplace(t: Tester):
         if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
             t.fail(f"The {name} for float32 inputs should be float32, but it is {describe(value)}: keep the "
                    f"inputs' dtype (do not convert with .double() or create float64 tensors).", DTYPE_CHANGED)
-    for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, mask), reply["args_after"]):
-        if not torch.equal(before, after):
-            t.fail(f"`{SDPA}` changed its input `{name}` in place. Inputs must not be modified: use "
-                   f"out-of-place operations (masked_fill, not masked_fill_; x = x - m, not x -= m).",
-                   INPUT_MODIFIED)
+    # Every mask form (code may reshape only some of them in place, e.g. a 2-D mask given a batch dimension).
+    causal = torch.ones(3, 4, dtype=torch.bool).tril(1)
+    causal_reply = t.call(SDPA, q, k, v, causal, return_args=True)
+    t.works(t.expect_pair(causal_reply["value"], f"`{SDPA}`")[0], expected_attention(q, k, v, causal)[0],
+            f"`{SDPA}` on float32 inputs with a 2-D mask")
+    for args, after in (((q, k, v, mask), reply["args_after"]), ((q, k, v, causal), causal_reply["args_after"])):
+        for name, before, back in zip(("q", "k", "v", "mask"), args, after):
+            if not (isinstance(back, torch.Tensor) and back.shape == before.shape and torch.equal(before, back)):
+                shape = (f" (its shape went from {shape_str(before.shape)} to {shape_str(back.shape)})"
+                         if isinstance(back, torch.Tensor) and back.shape != before.shape else "")
+                t.fail(f"`{SDPA}` changed its input `{name}` in place{shape}. Inputs must not be modified: use "
+                       f"out-of-place operations (masked_fill, not masked_fill_; mask.unsqueeze(0), not "
+                       f"mask.unsqueeze_(0); x = x - m, not x -= m).", INPUT_MODIFIED)
     x = t.randn(2, 5, dtype=torch.float32)
     reply = t.call("softmax", x, return_args=True)
     t.works(reply["value"], torch.softmax(x, -1), "`softmax` on float32 input")
