@@ -196,6 +196,8 @@ def judge_beam(step, B, max_len, K, alpha, *, pad=PAD, dup_start=False, extend_f
             for toks, s, fin, n in item:
                 if fin and extend_finished == "scored_pads":      # every token's log p added, pad written
                     cands += [(toks + [pad], s + lp, True, n) for lp in logp[j]]
+                elif fin and extend_finished == "free_copies":    # every token at cost 0, pad written: V copies
+                    cands += [(toks + [pad], s, True, n) for _ in logp[j]]
                 elif fin and not extend_finished:
                     cands.append((toks + [pad], s + (logp[j][pad] if pad_cost else 0.0), True, n))
                 else:
@@ -502,6 +504,9 @@ BEAM_DEVIATIONS = CATALOGUE.deviations("beam", judge_beam, (
          {"dup_start": True}),
         ("finished_beams_extended", "finished hypotheses keep being extended with real tokens; after <eos> a "
          "hypothesis may only be extended by pad_id, at no cost (its score stays).", {"extend_finished": True}),
+        ("finished_beams_duplicated", "a finished hypothesis gets every token at no cost (its log-probabilities are "
+         "set to 0 for all of them, not only for pad_id), so V copies of it crowd the beam out: give it -inf for every "
+         "token but pad_id, which costs 0.", {"extend_finished": "free_copies"}),
         ("finished_beams_pay_for_pad", "a finished hypothesis pays log p(<pad>) for its pad; it is extended by "
          "pad_id at no cost (score unchanged).", {"pad_cost": True}),
         ("finished_beams_extended", "finished hypotheses are still expanded over every token after <eos>: pad_id is "
