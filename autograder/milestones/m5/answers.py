@@ -72,9 +72,13 @@ def _lp(logits):
 
 
 def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad_in_mean=False, reduce="mean",
-                  ignore_smoothing=False, pad_counted=None, ignored=None):
+                  ignore_smoothing=False, pad_counted=None, ignored=None, lse_float32=False):
     Vv = logits.size(-1)
-    lp, t = _lp(logits.reshape(-1, Vv)), target.reshape(-1)
+    z = logits.reshape(-1, Vv)
+    if lse_float32 and z.dtype != torch.float64:
+        return None                              # the same as the right answer in float32: proves nothing
+    lp = z - torch.logsumexp(z.float(), -1, keepdim=True).to(z.dtype) if lse_float32 else _lp(z)
+    t = target.reshape(-1)
     # ignored: which targets are left out ("zero": those equal to 0 whatever pad_id is; "zero_if_none": 0 when
     # pad_id is None, else pad_id)
     key = 0 if ignored == "zero" or (ignored == "zero_if_none" and pad_id is None) else pad_id
@@ -121,6 +125,9 @@ CATALOGUE.deviations("loss", _loss_variant, (
          "so the padded positions are averaged in; leave padding out whenever pad_id is not None "
          "(`if pad_id is not None:`).", {"ignored": "none_if_zero"}),
         ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero"}),
+        ("lower_precision", "the log-sum-exp is computed in float32 (torch.logsumexp(logits.float(), ...)) and "
+         "converted back, so float64 logits get a loss accurate to float32 only: keep the logits' dtype throughout.",
+         {"lse_float32": True}),
         ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero_if_none"}),
         # Registered before the general sentence of the same mistake: where both fit (no sequence is all
         # padding), the later one's sentence is the one named.
