@@ -64,8 +64,8 @@ PLAN = {
 
 
 def _subject(course: config.Course, rel: str, mid: str) -> str:
-    from autograder.tests.derived import subject_text       # assembles files written as BASE + changes
-    return subject_text(course.root / "autograder" / "tests" / rel, course, mid)
+    from autograder.tests.derived import find_subject, subject_text     # a subject may be stored as a diff
+    return subject_text(find_subject(rel.removesuffix(".py")), course, mid)
 
 
 def near_copy(text: str) -> str:

@@ -20,8 +20,8 @@ from autograder.integrations.batch.run import grade_class
 
 
 def _whole_text(path: Path, course: config.Course) -> str:
-    """The submission a test subject stands for: most mutants hold only what differs from the reference,
-    under a BASE line (autograder/tests/derived.py assembles them)."""
+    """The submission a test subject stands for: most mutants hold only what differs from a base (a .diff;
+    autograder/tests/derived.py assembles them)."""
     tests = str(course.root / "autograder" / "tests")
     if tests not in sys.path:
         sys.path.insert(0, tests)
@@ -35,8 +35,9 @@ def make_class(dest: Path, n: int, course: config.Course) -> dict[str, str]:
     m = course.milestone("m1")
     ref = root / "solutions" / m.folder / "attention.py"
     stub = root / "assignments" / m.folder / "attention.py"
-    mutants = sorted((root / "autograder" / "tests" / "mutants" / "m1").glob("*.py"))
-    correct = sorted((root / "autograder" / "tests" / "correct" / "m1").glob("*.py"))
+    from autograder.tests.derived import subject_files
+    mutants = subject_files(root / "autograder" / "tests" / "mutants" / "m1")
+    correct = subject_files(root / "autograder" / "tests" / "correct" / "m1")
     hostile = sorted((root / "autograder" / "tests" / "hostile" / "m1").glob("*/attention.py"))
     pools = [("reference", [ref]), ("correct", correct or [ref]), ("mutant", mutants), ("hostile", hostile),
              ("mutant", mutants), ("stub", [stub])]
