@@ -145,6 +145,11 @@ class Slot:
             os.chown(self.root, 0, self.drop_uid)
             os.chown(self.sub, 0, self.drop_uid)
         os.chmod(self.root, 0o750 if self.drop_uid is not None else 0o755)
+        self._start_server()
+
+    def _start_server(self):
+        """The fork server (again, when one has died: the next worker then comes from a fresh one)."""
+        sandbox = self.sandbox
         self._cond = threading.Condition()
         self._status: dict[int, int | None] = {}
         self._next = 0
@@ -256,6 +261,9 @@ class Slot:
             else:
                 inner, cwd = [str(self.sub)], str(self.sub)
             env.update(HOME=cwd, TMPDIR=cwd)
+            if not self.alive():          # a server that died between two workers is replaced, not blamed
+                self._stop_server()
+                self._start_server()
             return ForkedWorker(self, inner, cwd, env, self.startup_timeout, preload)
         return factory
 
@@ -263,6 +271,12 @@ class Slot:
         return self.server.poll() is None
 
     def close(self):
+        self._stop_server()
+        if self._uid_lock is not None:          # every process of that uid is gone: free it
+            os.close(self._uid_lock)
+            self._uid_lock = None
+
+    def _stop_server(self):
         try:     # shutdown first: it wakes the reader thread and the server sees the end at once
             self._ctrl.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -280,9 +294,6 @@ class Slot:
             self.server.wait(timeout=5)
         if self.server.stderr:
             self.server.stderr.close()
-        if self._uid_lock is not None:          # every process of that uid is gone: free it
-            os.close(self._uid_lock)
-            self._uid_lock = None
 
 
 def _claim_uid(index: int) -> tuple[int, int]:
