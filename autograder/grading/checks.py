@@ -258,9 +258,10 @@ class Tester:
         return self.values.charged_in(failure) or self.values.failed[0][0]
 
     def call(self, func: str, *args, record=False, grad_args=None, backward=None, return_args=False,
-             seed=0, catalogue=None, **kwargs) -> dict:
+             seed=0, catalogue=None, allow_error=False, **kwargs) -> dict:
         """Call the student's `func`. `catalogue`: (Catalogue, kind) whose entries, run here on the same
-        arguments, may reproduce an error the student's code raised: that entry is the likely cause."""
+        arguments, may reproduce an error the student's code raised: that entry is the likely cause.
+        `allow_error`: return an error reply (its "type" and "message") instead of failing."""
         what = f"`{func}`"
         crash = None
         if catalogue is not None:
@@ -268,7 +269,7 @@ class Tester:
                 return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args, **kwargs)
         return self._request(protocol.Call(module=self.module_name, func=func, args=list(args), kwargs=kwargs,
                                            record=record, grad_args=grad_args or [], backward=backward,
-                                           return_args=return_args, seed=seed), what, crash=crash,
+                                           return_args=return_args, seed=seed), what, allow_error, crash,
                              called_with=arguments_text(args, kwargs))
 
     def module(self, cls: str, args=(), kwargs=None, *, calls=(), attrs=(), allow_error=False, crash=None,
