@@ -6,7 +6,7 @@ sentence for each likely mistake the public tests recognise: the same words your
 """
 from torch.overrides import TorchFunctionMode
 
-MEASURED_SECONDS = 1.5   # cold `pytest -q` here, reference files, 2 cores (median of 3)
+MEASURED_SECONDS = 1.3   # cold `pytest -q` here, reference files, 2 cores (median of 3)
 
 GROUPS = {
     'positional_table': (3, 'sinusoidal_positional_encoding against the float64 formula (sin on even columns, cos on odd, positions from 0), up to position 5000; default dtype; ValueError for an odd d_model'),

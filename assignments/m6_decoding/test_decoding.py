@@ -1,4 +1,4 @@
-"""Public tests for milestone 6. Run `pytest -q` in this folder (about 1.9 s cold on 2 cores
+"""Public tests for milestone 6. Run `pytest -q` in this folder (about 1.5 s cold on 2 cores
 measured with the reference files; several times that while other jobs share the machine). Nothing is
 trained: the models are small Transformers built deterministically, and "scripted" models, not
 Transformers at all, whose next-token probabilities are written by hand (encode, decode and generator
