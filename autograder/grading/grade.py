@@ -218,8 +218,9 @@ class Grading:
                         # right values, or values a known mistake reproduces (charged once, where it is)
                         frozenset(c for r in earlier if (r.passed and not r.charged_in or r.reproduced)
                                   and not _is_style(self.groups, r.name) for c in r.invoked))
+        charged = {r.name: r.charged_in for r in earlier if r.passed and r.charged_in}
         return _run_group(name, points, self.groups.get(name), self.groups, failed, self.session, self.m,
-                          self.seed, values)
+                          self.seed, values, charged)
 
     def result(self) -> Result:
         for name in self.m.checks:
@@ -325,7 +326,8 @@ def _patches(spec: Group, groups: dict[str, Group], failed: dict[str, tuple]) ->
             for name in (*groups[dep].provides, *failed[dep]) if name in available}
 
 
-def _run_group(name, points, spec, groups, failed, session, m, seed, values: Values) -> CheckResult:
+def _run_group(name, points, spec, groups, failed, session, m, seed, values: Values, charged=None) -> CheckResult:
+    """`charged`: groups that kept their points because what they met was charged in another (-> that one)."""
     t0 = time.monotonic()
     result = CheckResult(name, points, 0)
     if spec is None:
@@ -335,18 +337,41 @@ def _run_group(name, points, spec, groups, failed, session, m, seed, values: Val
     patches = _patches(spec, groups, failed)
     if patches:
         callables = ", ".join(f"`{n}`" for n in patches)
-        owners = ", ".join(f"`{d}`" for d in spec.depends if d in failed and d in groups
-                           and set((*groups[d].provides, *failed[d])) & set(patches))
+        owners_of = [d for d in spec.depends if d in failed and d in groups
+                     and set((*groups[d].provides, *failed[d])) & set(patches)]
+        owners = ", ".join(f"`{d}`" for d in owners_of)
         result.stand_ins = tuple(patches)
         them = "it" if len(patches) == 1 else "them"
         verb = "checks" if "," not in owners else "check"
         result.note = (f"Graded with the course's correct {callables} in place of yours, because {owners}, which "
                        f"{verb} {them}, failed: that mistake costs points only once.")
-    tester = Tester(session, spec, seed, m.modules[0], patches, tuple(d for d in spec.depends if d in failed), values)
+        where = sorted({(charged or {}).get(d, d) for d in owners_of})
+        if set(owners_of) & set(charged or {}):
+            result.note = (f"Graded with the course's correct {callables} in place of yours, because {owners} found "
+                           f"a mistake in {them}: it costs points only once, in {', '.join(f'`{w}`' for w in where)}.")
+    deps_failed = tuple(d for d in spec.depends if d in failed)
+    _attempt(result, Tester(session, spec, seed, m.modules[0], patches, deps_failed, values), spec, points)
+    if patches and not result.passed and not result.internal_error:
+        # The student's own callables may fit together where ours do not (e.g. a table [1, max_len, d] that
+        # their module indexes as pe[:, :L]): if the group passes with theirs, the mistake it met is the
+        # one already charged above, in the group of the callable we replaced.
+        own = CheckResult(name, points, 0)
+        _attempt(own, Tester(session, spec, seed, m.modules[0], {}, deps_failed, values), spec, points)
+        if own.passed:
+            own.note = (f"Graded with your own {callables}: your code is built around yours and gives the right "
+                        f"values with it (with the course's correct version in its place it failed), so that mistake "
+                        f"costs points only in {owners}.")
+            result = own
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _attempt(result: CheckResult, tester: Tester, spec: Group, points: int) -> None:
+    """Run the group's checks with `tester`; record the outcome in `result`."""
     try:
         spec.fn(tester)
         if spec.style and tester.verified == 0:
-            raise AssertionError(f"style group {m.id}/{name} judged without confirming values (t.works)")
+            raise AssertionError(f"style group {spec.milestone}/{spec.name} judged without confirming values (t.works)")
         result.score = points
     except ChargedAbove as e:
         result.score, result.message, result.judged, result.charged_in = points, str(e), False, e.charged_in
@@ -364,5 +389,3 @@ def _run_group(name, points, spec, groups, failed, session, m, seed, values: Val
     result.blamed = tuple(tester.blamed)
     result.invoked = tuple(sorted(tester.invoked))
     result.failed_on = "" if result.passed else tester.last_call
-    result.seconds = time.monotonic() - t0
-    return result

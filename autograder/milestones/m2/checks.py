@@ -22,13 +22,12 @@ from autograder.grading import diagnosis
 from autograder.milestones.m2 import stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m2.answers import reference_mha
 from autograder.milestones.m2.mistakes import (
-    CATALOGUE, NEVER_USED, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER,
+    PROJECTIONS, CATALOGUE, NEVER_USED, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER,
     DROPOUT_NOT_ON_WEIGHTS, ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK,
     PARAMETER_NAMES, RANDOM_FORWARD, VALID_CONFIG_REJECTED, WEIGHTS_AVERAGED, WEIGHTS_NOT_DETACHED,
     WEIGHTS_NOT_STORED, WRONG_EXCEPTION, WRONG_HEAD_COUNT)
 
 MHA = "MultiHeadAttention"
-PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 HELPERS = ("split_merge",)           # what every MultiHeadAttention group depends on
 
 
@@ -104,9 +103,10 @@ def check_parity(t: Tester, d_model, heads, query, key, value, mask, label, bias
     got = reply["outputs"][0]
     t.expect_tensor(got, f"The output of {what}", shape=want.shape)
     probes = [never_used(t, d_model, heads, query, key, value, mask, params, bias)]
-    if not bias and any(n.endswith(".bias") for n in reply["params"]):
-        probes.insert(0, lambda: BIAS_IGNORED)
-    t.expect_close(got, want, f"The output of {what}", lambda: [(m, v[0]) for m, v in tried()], probes=probes)
+    kept = {n: v for n, v in reply["params"].items() if not bias and n.endswith(".bias") and torch.is_tensor(v)}
+    known = lambda: [(m, v[0]) for m, v in tried()] + ([(BIAS_IGNORED, BIAS_IGNORED(  # noqa: E731
+        reference_mha, params, kept, d_model, heads, query, key, value, mask)[0])] if kept else [])
+    t.expect_close(got, want, f"The output of {what}", known, probes=probes)
     return reply, want_w, what, tried
 
 
@@ -122,9 +122,10 @@ def stored_weights(t: Tester, got, want_w, what):
                f"split into the wrong number of pieces (split_heads takes num_heads, and d_k = d_model // "
                f"num_heads).", WRONG_HEAD_COUNT)
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (B, Lq, Lk):
-        t.fail(f"`self.attn_weights` after {what} has shape {shape_str(got.shape)}: these look like weights "
-               f"averaged over heads (or of one head); keep every head: [B, H, Lq, Lk] = "
-               f"{shape_str(want_w.shape)}.", WEIGHTS_AVERAGED)
+        averaged = t.close(got, WEIGHTS_AVERAGED(want_w))
+        t.fail(f"`self.attn_weights` after {what} has shape {shape_str(got.shape)}"
+               + (": they are the weights averaged over the heads. " if averaged else ", not one map per head. ")
+               + f"Keep every head: [B, H, Lq, Lk] = {shape_str(want_w.shape)}.", WEIGHTS_AVERAGED if averaged else None)
     return t.expect_tensor(got, f"`self.attn_weights` after {what}", shape=want_w.shape)
 
 

@@ -1,5 +1,9 @@
 """Milestone 2's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
+import torch
+
 from autograder.grading.diagnosis import Catalogue
+
+PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
 CATALOGUE = Catalogue("m2")
 
@@ -14,10 +18,14 @@ WEIGHTS_NOT_DETACHED, WEIGHTS_NOT_STORED = CATALOGUE.plain("weights_not_detached
 WRONG_EXCEPTION, WRONG_HEAD_COUNT = CATALOGUE.plain("wrong_exception", "wrong_head_count")
 BIAS_IGNORED = CATALOGUE.mistake(
     "bias_ignored",
-    '`bias=False` must create the projections without a bias: nn.Linear(d_model, d_model, bias=bias).')
+    '`bias=False` must create the projections without a bias: nn.Linear(d_model, d_model, bias=bias).',
+    # the judge's answer with the biases the student's projections kept (a projection without one: zeros)
+    reproduce=lambda answer, params, kept, *call: answer({**params, **{
+        f"{n}.bias": kept.get(f"{n}.bias", torch.zeros_like(params[f"{n}.weight"][0])) for n in PROJECTIONS}}, *call))
 WEIGHTS_AVERAGED = CATALOGUE.mistake(
     "weights_averaged",
-    '`self.attn_weights` must keep every head: [B, H, Lq, Lk], not an average over heads.')
+    '`self.attn_weights` must keep every head: [B, H, Lq, Lk], not an average over heads.',
+    reproduce=lambda per_head: per_head.mean(dim=1))          # [B, H, Lq, Lk] -> [B, Lq, Lk]
 # A projection the output never uses (its weights get no gradient), one per projection.
 NEVER_USED = {name: CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its weights get no gradient, "
                                       f"so the output does not depend on them.")

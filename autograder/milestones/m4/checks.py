@@ -19,7 +19,7 @@ import re
 import torch
 import torch.nn.functional as F
 
-from autograder.grading.checks import CheckFailed, Tester, group, shape_str, student_error
+from autograder.grading.checks import ChargedAbove, CheckFailed, Tester, group, shape_str, student_error
 from autograder.milestones.reference import (
     D, D_FF, HEADS, TorchModel, TorchStack, by_student_name, model_params, pe_table, ragged_masks, stack_params)
 from autograder.milestones.m4 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
@@ -28,7 +28,7 @@ from autograder.milestones.m4.recipes import recipe_table_in_default
 from autograder.milestones.m4.mistakes import (
     CATALOGUE, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED, GRAPH_CUT, INPUT_MODIFIED, LAYER_COUNT,
     LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED, NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED,
-    PARAMETER_COUNT, PARAMETER_NAMES, PE_DROPOUT, PE_DROPOUT_ON_TABLE, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE,
+    PARAMETER_COUNT, PARAMETER_NAMES, PE_BATCH_DIM, PE_DROPOUT, PE_DROPOUT_ON_TABLE, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE,
     PE_MAX_LEN_IGNORED, PE_MODIFIED, PE_MODULE_DTYPE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR,
     SHARED_SUBMODULE, TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL)
 
@@ -94,13 +94,24 @@ def model_inputs(t: Tester, B=3, Ls=6, Lt=5, vocab=(11, 13)):
     return src, tgt, src_mask, tgt_mask
 
 
+def _table_shape(t: Tester, max_len: int, d: int):
+    """The shape of the student's own table, or None when it does not return a tensor."""
+    value = t.call("sinusoidal_positional_encoding", max_len, d, allow_error=True).get("value")
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+
+
 # ---- groups ---------------------------------------------------------------------------------------
 
 @group("m4", "positional_table", provides=("sinusoidal_positional_encoding",))
 def positional_table(t: Tester):
     for max_len, d in ((50, 6), (12, 16), (5000, 64)):
         what = f"`sinusoidal_positional_encoding({max_len}, {d})`"
-        got = t.expect_tensor(t.call("sinusoidal_positional_encoding", max_len, d)["value"], what, shape=(max_len, d))
+        got = t.call("sinusoidal_positional_encoding", max_len, d)["value"]
+        if isinstance(got, torch.Tensor) and got.shape == (1, max_len, d) and t.close(got, PE_BATCH_DIM(
+                pe_table(max_len, d).to(got.dtype)), atol=float(pe_tolerance(max_len).max())):
+            t.fail(f"{what} has shape {shape_str(got.shape)}, not [{max_len}, {d}]. Likely cause: {PE_BATCH_DIM.text}",
+                   PE_BATCH_DIM)
+        got = t.expect_tensor(got, what, shape=(max_len, d))
         t.expect_close(got, pe_table(max_len, d), what, lambda m=max_len, d=d: CATALOGUE.tried("pe", m, d),
                        atol=pe_tolerance(max_len))
         if got.dtype != torch.float32:
@@ -140,19 +151,24 @@ def positional_module(t: Tester):
                f"(self.register_buffer('pe', ...)); `pe` is {where}.", PE_NOT_BUFFER)
     if "pe" in reply["params"]:
         t.fail("`pe` is a parameter: register it as a buffer so it is not trained.", PE_NOT_BUFFER)
+    # A student whose table (theirs: no stand-in here) has a batch dimension [1, max_len, d] builds the buffer from
+    # it, as the docstring says: that mistake is positional_table's; the module is judged with that layout.
+    batched = (not t.patches and isinstance(buffers["pe"], torch.Tensor) and buffers["pe"].shape == (1, max_len, d)
+               and _table_shape(t, max_len, d) == (1, max_len, d))
+    layout = (lambda tab: tab.unsqueeze(0)) if batched else (lambda tab: tab)
     rows = buffers["pe"].size(0) if isinstance(buffers["pe"], torch.Tensor) and buffers["pe"].dim() == 2 else None
     if rows is not None and rows != max_len and buffers["pe"].size(1) == d:
         t.fail(f"PositionalEncoding({d}, max_len={max_len}) made a table of {rows} rows: " +
                ("max_len is not used (5000 is its default). " if rows == 5000 else f"it needs max_len = {max_len}. ") +
                "The buffer holds one row per position: sinusoidal_positional_encoding(max_len, d_model).",
                PE_MAX_LEN_IGNORED if rows == 5000 else None)
-    pe = t.expect_tensor(buffers["pe"], f"PositionalEncoding({d}, max_len={max_len}).pe", shape=(max_len, d))
+    pe = t.expect_tensor(buffers["pe"], f"PositionalEncoding({d}, max_len={max_len}).pe", shape=(1, max_len, d) if batched else (max_len, d))
     if pe.dtype != torch.float64:
         t.fail("After .double(), the `pe` buffer is still " + str(pe.dtype).replace("torch.", "") + ": register it "
                "with register_buffer so it follows the module's dtype and device.", PE_NOT_BUFFER)
     table = pe_table(max_len, d)
     x = t.randn(3, 7, d)
-    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": layout(table)}, dtype="float64",
                      calls=[{"args": [x]}], attrs=("pe",))
     what = f"PositionalEncoding({d}, max_len={max_len}) on x [3, 7, {d}] (eval mode)"
     t.expect_close(reply["outputs"][0], x + table[:7], what, lambda: CATALOGUE.tried("positional", x, table))
@@ -163,7 +179,7 @@ def positional_module(t: Tester):
                f"Return a new tensor: self.dropout(x + self.pe[:L]), not x += self.pe[:L] (or x.add_).",
                INPUT_MODIFIED)
     after = reply["attrs"][0].get("pe")
-    if isinstance(after, torch.Tensor) and not (after.shape == table.shape and torch.equal(after, table)):
+    if isinstance(after, torch.Tensor) and not (after.shape == layout(table).shape and torch.equal(after, layout(table))):
         t.fail(f"{what} changed its buffer `pe` in place: the table must stay as it was built (an in-place operation "
                f"on self.pe or on a slice of it, e.g. self.pe[:L] += x, writes into the table).", PE_MODIFIED)
     # The default dtype (float32): the table follows the module, so float32 in gives float32 out.
@@ -180,7 +196,7 @@ def positional_module(t: Tester):
         t.fail(f"{what} returns {str(got.dtype).replace('torch.', '')}: {why}.", PE_MODULE_DTYPE)
     t.expect_close(got, x32 + table[:7].float(), what, lambda: CATALOGUE.tried("positional", x32, table.float()))
     full = t.randn(2, max_len, d)
-    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": table}, dtype="float64",
+    reply = t.module("PositionalEncoding", (d,), {"max_len": max_len}, buffers_in={"pe": layout(table)}, dtype="float64",
                      calls=[{"args": [full]}], allow_error=True)
     if not reply.get("ok"):
         t.fail(f"PositionalEncoding({d}, max_len={max_len}) on a sequence of exactly {max_len} positions raised "
@@ -195,13 +211,13 @@ def positional_module(t: Tester):
                f"both numbers (21 and 20); it {'returned' if reply.get('ok') else 'raised ' + str(reply.get('type')) + ': ' + message}.",
                PE_LENGTH_ERROR)
     p = 0.5
-    ev = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
+    ev = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": layout(table)},
                   dtype="float64", calls=[{"args": [x], "seed": 4}])["outputs"][0]
     if not t.close(ev, x + table[:7]):
         t.fail("PositionalEncoding(dropout=0.5) in eval mode should return x + pe[:L] unchanged: dropout acts in "
                "training mode only (nn.Dropout follows .eval(); F.dropout needs training=self.training).",
                DROPOUT_IN_EVAL)
-    out = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": table},
+    out = t.module("PositionalEncoding", (d,), {"max_len": max_len, "dropout": p}, buffers_in={"pe": layout(table)},
                    dtype="float64", train=True, calls=[{"args": [x], "seed": 4}])["outputs"][0]
     zero = out == 0
     ok = 0.25 < zero.double().mean().item() < 0.75 and torch.allclose(out[~zero], ((x + table[:7]) / (1 - p))[~zero])
@@ -213,6 +229,10 @@ def positional_module(t: Tester):
                    f"is never dropped, only the positions are. Likely cause: {PE_DROPOUT_ON_TABLE.text}",
                    PE_DROPOUT_ON_TABLE)
         t.fail(f"{what}.", PE_DROPOUT)
+    if batched:   # right with its own layout; the groups below get the course's PositionalEncoding (ours fits ours)
+        raise ChargedAbove("Your PositionalEncoding is right for the table your sinusoidal_positional_encoding returns "
+                           "([1, max_len, d_model]); that shape is the mistake charged in `positional_table`. The "
+                           "groups below use the course's PositionalEncoding.", "positional_table")
 
 
 def _dropout_on_table(out, x, pe, p) -> bool:

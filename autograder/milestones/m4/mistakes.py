@@ -19,6 +19,11 @@ PARAMETER_COUNT, PARAMETER_NAMES, SHARED_SUBMODULE = CATALOGUE.plain(
     "pe_not_buffer", "pe_odd_accepted", "pe_odd_wrong_error", "pe_modified")
 TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL = CATALOGUE.plain(
     "tie_different_vocabs", "tied_by_default", "tying_by_copy", "tying_partial")
+PE_BATCH_DIM = CATALOGUE.mistake(
+    "pe_batch_dim",
+    "the table has a batch dimension in front ([1, max_len, d_model], as pe.unsqueeze(0) gives): return [max_len, "
+    "d_model]; the rows pe[:L] broadcast over the batch when PositionalEncoding adds them.",
+    reproduce=lambda table: table.unsqueeze(0))
 PE_DROPOUT_ON_TABLE = CATALOGUE.mistake(
     "pe_dropout_on_table",
     "dropout is applied to the table before the add (x + self.dropout(self.pe[:L])), so the embeddings are never "
