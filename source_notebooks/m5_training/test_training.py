@@ -323,6 +323,7 @@ def test_train_step_steps_on_the_right_gradients(clip_norm):
     scheduler = _RecordingScheduler(events)
     for step in range(2):
         want_loss, want_grads = _expected_step(model, batch, 0.1, clip_norm, pad=3)
+        unclipped = _expected_step(model, batch, 0.1, None, pad=3)[1]
         for p in model.parameters():
             p.grad = torch.full_like(p, 0.5)                             # stale gradients: must not count
         seen.clear()
@@ -348,9 +349,10 @@ def test_train_step_steps_on_the_right_gradients(clip_norm):
             f"at optimizer.step() these parameters had no gradient: {missing[:4]}{hint} [{group('train_step')}]")
         bad = [n for n, g, w in zip(names, got, want_grads) if not torch.allclose(g, w, rtol=1e-5, atol=1e-9)]
         hint = ""
-        if bad and clip_norm is not None:
-            hint = (" (clip with torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm) between backward() "
-                    "and optimizer.step())")
+        if bad and clip_norm is not None and all(torch.allclose(g, w, rtol=1e-5, atol=1e-9) for g, w in
+                                                 zip(got, unclipped)):
+            hint = (": they are this batch's gradients unclipped (clip with torch.nn.utils.clip_grad_norm_("
+                    "model.parameters(), clip_norm) between backward() and optimizer.step())")
         elif bad and all(torch.allclose(g, w + 0.5) for g, w in zip(got, want_grads)):
             hint = " " + cause("no_zero_grad")
         elif bad and all(not g.any() for g in got):
