@@ -61,7 +61,8 @@ class MultiHeadAttention(nn.Module):
                   [B, 1, Lk], a causal mask [Lq, Lk], or a combined mask [B, Lq, Lk].
 
         Returns:
-            [B, Lq, d_model]. Also sets self.attn_weights to the detached weights [B, H, Lq, Lk].
+            [B, Lq, d_model]. Also sets self.attn_weights to the detached weights [B, H, Lq, Lk] that the
+            output was computed with (after dropout, in training mode).
         """
         # TODO: project query, key and value, then split each into heads: [B, H, L, d_k].
         # TODO: a [B, Lq, Lk] or [B, 1, Lk] mask needs a head dimension: mask.unsqueeze(-3) -> [B, 1, Lq, Lk].

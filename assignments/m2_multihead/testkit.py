@@ -4,6 +4,11 @@ Generated from the course's sources (your edits here would be overwritten by the
 GROUPS names the hidden check group a failing test stands for; CAUSES holds the grader's own
 sentence for each likely mistake the public tests recognise: the same words your report shows.
 """
+import contextlib
+import functools
+import inspect
+
+import torch
 from torch.overrides import TorchFunctionMode
 
 MEASURED_SECONDS = 1.2   # cold `pytest -q` here, reference files, 2 cores (median of 3)
@@ -23,8 +28,8 @@ GROUPS = {
 CAUSES = {
     'bias_ignored': '`bias=False` must create the projections without a bias: nn.Linear(d_model, d_model, bias=bias).',
     'keys_values_swapped': 'keys and values are swapped: k = w_k(key) and v = w_v(value).',
-    'mask_no_head_dim': 'a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) before it meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.',
-    'mask_unsqueeze_always': 'only 3-D masks need the head dimension: a 2-D causal mask [Lq, Lk] already broadcasts, and unsqueeze(1) turns it into [Lq, 1, Lk], which lines the queries up with the heads.',
+    'mask_no_head_dim': 'a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(-3)) before it meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.',
+    'mask_unsqueeze_always': 'unsqueeze(1) turns a 2-D causal mask [Lq, Lk] into [Lq, 1, Lk], which lines the queries up with the heads: mask.unsqueeze(-3) gives [1, Lq, Lk] for it and [B, 1, Lq, Lk] for a 3-D mask.',
     'merge_no_transpose': 'merge_heads flattens [B, H, L, d_k] without moving the head dimension back after the length: transpose(1, 2) first, then reshape to [B, L, H*d_k].',
     'split_interleaved': 'head h must hold features h*d_k:(h+1)*d_k (contiguous blocks), not every H-th feature: reshape to [B, L, H, d_k], not [B, L, d_k, H].',
     'split_plain_view': 'split_heads views [B, L, d_model] straight as [B, H, L, d_k], which mixes positions into heads: reshape to [B, L, H, d_k] first, then transpose(1, 2).',
@@ -45,7 +50,7 @@ TESTS_OF_GROUP = {
 }
 
 FORBIDDEN = [
-    ('all', ['scaled_dot_product_attention', 'aten::_scaled_dot_product*', 'aten::scaled_dot_product*'], "PyTorch's own attention (torch.nn.functional.scaled_dot_product_attention): use the scaled_dot_product_attention of attention.py"),
+    ('all', ['scaled_dot_product_attention', 'aten::_scaled_dot_product*', 'aten::scaled_dot_product*'], "PyTorch's own attention (torch.nn.functional.scaled_dot_product_attention): call the scaled_dot_product_attention of attention.py instead, or compute attention yourself"),
     ('all', ['multi_head_attention_forward', 'nn.MultiheadAttention', 'aten::_native_multi_head_attention*'], "PyTorch's own multi-head attention (torch.nn.MultiheadAttention, F.multi_head_attention_forward)"),
 ]
 
@@ -63,7 +68,19 @@ def cause(mistake_id):
 
 def check(group_name):
     """Run the public tests of one hidden check group on the files of this folder (the notebook's
-    Autograded cells call this) and print: passed, or the first failure's message."""
+    Autograded cells call this) and print: passed, or the first failure's message. The tests run in a
+    fresh Python process: they see your files as saved now, and nothing they do stays in your notebook."""
+    import os
+    import subprocess
+    import sys
+    folder = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, '-c', f'import testkit; testkit._check_here({group_name!r})'],
+                          cwd=folder, capture_output=True, text=True)
+    print(done.stdout.rstrip() or 'The public tests could not run: ' + (done.stderr.strip().splitlines() or
+                                                                        ['no output'])[-1])
+
+
+def _check_here(group_name):
     import os
     import pytest
 
@@ -110,6 +127,48 @@ def _message(report):
     text = text.split('\nassert ')[0]
     text = text[len('E '):].strip() if text.startswith('E ') else text
     return text[len('AssertionError: '):] if text.startswith('AssertionError: ') else text
+
+
+_EXPECTED = []   # (exception type, where) a test expects, inside `expecting`: they pass through `guarded`
+
+
+def describe(value):
+    """A value in a few words: a tensor as its shape and dtype."""
+    if isinstance(value, torch.Tensor):
+        return f"[{', '.join(map(str, value.shape))}] {str(value.dtype).replace('torch.', '')}"
+    return repr(value)
+
+
+def guarded(fn):
+    """Your function or method, called as usual; if it raises, the test fails with one sentence saying which
+    call failed with which inputs (the original traceback is printed above it)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if any(isinstance(e, error) for error, _ in _EXPECTED):
+                raise
+            import pytest
+            try:
+                items = inspect.signature(fn).bind(*args, **kwargs).arguments.items()
+            except TypeError:
+                items = [*((None, a) for a in args), *kwargs.items()]
+            inputs = ', '.join(describe(v) if k is None else f'{k}={describe(v)}' for k, v in items if k != 'self')
+            wanted = ''.join(f' ({error.__name__} expected here) {where}'.rstrip() for error, where in _EXPECTED[-1:])
+            raise pytest.fail.Exception(f'{fn.__qualname__}({inputs}) raised {type(e).__name__}: {e}{wanted}') from e
+    return call
+
+
+@contextlib.contextmanager
+def expecting(error, where=''):
+    """Inside `with expecting(ValueError, where):`, that error passes through `guarded`; another one fails the
+    test saying that `error` was expected, and `where` (the hidden check group)."""
+    _EXPECTED.append((error, where))
+    try:
+        yield
+    finally:
+        _EXPECTED.pop()
 
 
 class TorchCalls(TorchFunctionMode):

@@ -10,10 +10,8 @@ feed-forward), gradients of every parameter, inputs left unchanged, loops (torch
 and the length grow, with every kind of mask) and the forbidden functions. A failing test names the hidden
 check group that checks the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 """
-import contextlib
 import fnmatch
 import functools
-import inspect
 import math
 
 import pytest
@@ -23,50 +21,15 @@ from torch import nn
 
 from blocks import DecoderLayer, EncoderLayer, FeedForward, LayerNorm
 from multihead import MultiHeadAttention
-from testkit import FORBIDDEN, TorchCalls, cause, group
+from testkit import FORBIDDEN, TorchCalls, cause, describe, expecting, group, guarded
 
 torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 D, H, D_FF = 8, 2, 16
-_EXPECTED = []             # exception types a test expects (pytest.raises): they pass through _guarded
-
-
-def _describe(value):
-    if isinstance(value, torch.Tensor):
-        return f"[{', '.join(map(str, value.shape))}] {str(value.dtype).replace('torch.', '')}"
-    return repr(value)
-
-
-def _guarded(fn):
-    """Your method, called as usual; if it raises, the test fails with one sentence saying which call failed
-    with which inputs (the original traceback is printed above it)."""
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            if isinstance(e, tuple(_EXPECTED)):
-                raise
-            try:
-                items = inspect.signature(fn).bind(*args, **kwargs).arguments.items()
-            except TypeError:
-                items = [*((None, a) for a in args), *kwargs.items()]
-            inputs = ", ".join(_describe(v) if k is None else f"{k}={_describe(v)}" for k, v in items if k != "self")
-            raise pytest.fail.Exception(f"{fn.__qualname__}({inputs}) raised {type(e).__name__}: {e}") from e
-    return call
-
-
-@contextlib.contextmanager
-def _expecting(error):
-    _EXPECTED.append(error)
-    try:
-        yield
-    finally:
-        _EXPECTED.pop()
 
 
 for _cls in (LayerNorm, FeedForward, EncoderLayer, DecoderLayer):
-    _cls.__init__, _cls.forward = _guarded(_cls.__init__), _guarded(_cls.forward)
+    _cls.__init__, _cls.forward = guarded(_cls.__init__), guarded(_cls.forward)
 
 
 def _diff(got, want, rtol=1e-9, atol=1e-10):
@@ -340,15 +303,22 @@ def test_feedforward(activation, fn):
                     f"linear2({activation}(linear1(x))): {_diff(got, want)}.{hint} [{group('feed_forward')}]")
 
 
+@pytest.mark.parametrize("activation", ["tanh", "GELU"])
 @pytest.mark.parametrize("cls", [FeedForward, EncoderLayer, DecoderLayer], ids=lambda c: c.__name__)
-def test_rejects_unknown_activation(cls):
+def test_rejects_unknown_activation(cls, activation):
     args = (D, D_FF) if cls is FeedForward else (D, H, D_FF)
-    with _expecting(ValueError), pytest.raises(ValueError) as info:
-        cls(*args, activation="tanh")
-    msg = str(info.value)
+    where = f"[{group('structure')}]"
+    with expecting(ValueError, where):
+        try:
+            cls(*args, activation=activation)
+        except ValueError as error:
+            msg = str(error)
+        else:
+            pytest.fail(f"{cls.__name__}(..., activation={activation!r}) should raise ValueError: only 'relu' and "
+                        f"'gelu', in lowercase, are allowed {where}")
     assert "relu" in msg and "gelu" in msg, (
-        f"{cls.__name__}(..., activation='tanh'): the ValueError message should name 'relu' and 'gelu', got {msg!r} "
-        f"[{group('structure')}]")
+        f"{cls.__name__}(..., activation={activation!r}): the ValueError message should name 'relu' and 'gelu', got "
+        f"{msg!r} {where}")
 
 
 def test_feedforward_dropout_on_hidden_activations():
@@ -504,7 +474,8 @@ def test_eval_mode_has_no_dropout():
     assert torch.equal(layer(x), layer(x)), (
         f"in eval mode, two runs on the same input must give the same output [{group('behaviour')}]")
     layer.train()
-    assert not torch.equal(layer(x), layer(x)), "in training mode with dropout=0.5 the output should vary between runs"
+    assert not torch.equal(layer(x), layer(x)), (
+        f"in training mode with dropout=0.5 the output should vary between runs [{group('dropout')}]")
 
 
 def test_submodule_names():

@@ -357,7 +357,7 @@ def _run_group(name, points, spec, groups, failed, session, m, seed, values: Val
         # one already charged above, in the group of the callable we replaced.
         own = CheckResult(name, points, 0)
         _attempt(own, Tester(session, spec, seed, m.modules[0], {}, deps_failed, values), spec, points)
-        if own.passed:
+        if own.passed and (own.judged or not spec.style):      # a real pass, not a style group's 'not judged'
             own.note = (f"Graded with your own {callables}: your code is built around yours and gives the right "
                         f"values with it (with the course's correct version in its place it failed), so that mistake "
                         f"costs points only in {owners}.")

@@ -17,15 +17,22 @@ import pytest
 import torch
 from torch import nn
 
+import model as _model
 from blocks import LayerNorm
-from model import (Decoder, Encoder, PositionalEncoding, TokenEmbedding, Transformer,
-                   sinusoidal_positional_encoding)
+from model import Decoder, Encoder, PositionalEncoding, TokenEmbedding, Transformer
 from multihead import MultiHeadAttention
-from testkit import FORBIDDEN, TorchCalls, cause, group
+from testkit import FORBIDDEN, TorchCalls, cause, expecting, group, guarded
 
 torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 D, H, D_FF = 16, 2, 32
+
+# Your code, called as usual; a call that raises fails its test with one sentence naming the call and its inputs.
+sinusoidal_positional_encoding = guarded(_model.sinusoidal_positional_encoding)
+for _cls in (PositionalEncoding, TokenEmbedding, Encoder, Decoder, Transformer):
+    for _name in ("__init__", "forward", "encode", "decode"):
+        if _name in vars(_cls):
+            setattr(_cls, _name, guarded(vars(_cls)[_name]))
 
 
 def _close(a, b):
@@ -91,7 +98,8 @@ def test_sinusoidal_table_values():
 @pytest.mark.parametrize("d_model", [1, 5, 7])
 def test_sinusoidal_table_rejects_odd_width(d_model):
     try:
-        sinusoidal_positional_encoding(10, d_model)
+        with expecting(ValueError, f"[{group('positional_table')}]"):
+            sinusoidal_positional_encoding(10, d_model)
     except ValueError:
         return
     pytest.fail(f"sinusoidal_positional_encoding(10, {d_model}) should raise ValueError: d_model must be even (sines "
@@ -125,7 +133,7 @@ def test_positional_encoding_module():
     assert torch.equal(x, before), (
         f"PositionalEncoding changed its input in place (x += pe): return x + pe[:L], leave x as it was "
         f"[{group('positional_module')}]")
-    with pytest.raises(ValueError) as info:
+    with expecting(ValueError, f"[{group('positional_module')}]"), pytest.raises(ValueError) as info:
         pos(torch.randn(1, 11, 4))
     assert "11" in str(info.value) and "10" in str(info.value), (
         f"the ValueError for L=11 > max_len=10 should name both numbers, got {str(info.value)!r} [{group('positional_module')}]")
@@ -289,7 +297,7 @@ def test_tied_embeddings_share_one_parameter():
     untied = Transformer(12, 12, d_model=16, num_heads=2, num_layers=1, d_ff=32)
     assert untied.src_embed.embedding.weight is not untied.tgt_embed.embedding.weight, (
         f"without tie_embeddings the tables are separate Parameters [{group('size_tying')}]")
-    with pytest.raises(ValueError):
+    with expecting(ValueError, f"[{group('size_tying')}]"), pytest.raises(ValueError):
         Transformer(12, 13, d_model=16, num_heads=2, num_layers=1, d_ff=32, tie_embeddings=True)
 
 
@@ -448,7 +456,7 @@ def test_model_passes_every_setting_on():
     assert torch.equal(model(src, tgt), model(src, tgt)), (
         f"Transformer(dropout={p}) in eval mode gives different logits for the same input: dropout acts in training "
         f"mode only [{group('behaviour')}]")
-    with pytest.raises(ValueError):
+    with expecting(ValueError, f"[{group('model')}]"), pytest.raises(ValueError):
         model(torch.randint(0, 11, (1, 13)), tgt[:1])                   # longer than max_len
     model.train()
     x = torch.randn(8, 12, D, dtype=torch.float64)                      # 1536 values

@@ -9,8 +9,6 @@ with every kind of mask) and the forbidden functions. A failing test names the h
 checks the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 """
 import fnmatch
-import functools
-import inspect
 import math
 import re
 
@@ -20,37 +18,14 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import attention
-from testkit import FORBIDDEN, TorchCalls, cause, group
+from testkit import FORBIDDEN, TorchCalls, cause, describe, group, guarded
 
 torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 
 
-def _describe(value):
-    if isinstance(value, torch.Tensor):
-        return f"[{', '.join(map(str, value.shape))}] {str(value.dtype).replace('torch.', '')}"
-    return repr(value)
-
-
-def _guarded(fn):
-    """Your function, called as usual; if it raises, the test fails with one sentence saying which call failed
-    with which inputs (the original traceback is printed above it)."""
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            try:
-                items = inspect.signature(fn).bind(*args, **kwargs).arguments.items()
-            except TypeError:
-                items = [*((None, a) for a in args), *kwargs.items()]
-            inputs = ", ".join(_describe(v) if k is None else f"{k}={_describe(v)}" for k, v in items)
-            raise pytest.fail.Exception(f"{fn.__name__}({inputs}) raised {type(e).__name__}: {e}") from e
-    return call
-
-
 softmax, scaled_dot_product_attention, padding_mask, causal_mask = (
-    _guarded(f) for f in (attention.softmax, attention.scaled_dot_product_attention, attention.padding_mask,
+    guarded(f) for f in (attention.softmax, attention.scaled_dot_product_attention, attention.padding_mask,
                           attention.causal_mask))
 
 

@@ -8,10 +8,7 @@ rate), gradients, inputs left unchanged, loops (torch calls counted as a size gr
 mask) and the forbidden functions. A failing test names the hidden check group that checks the same thing
 (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 """
-import contextlib
 import fnmatch
-import functools
-import inspect
 import math
 import re
 
@@ -20,51 +17,16 @@ import torch
 from torch import nn
 
 import multihead
-from testkit import FORBIDDEN, TorchCalls, cause, group
+from testkit import FORBIDDEN, TorchCalls, cause, describe, expecting, group, guarded
 
 torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
-_EXPECTED = []             # exception types a test expects (pytest.raises): they pass through _guarded
 
 
-def _describe(value):
-    if isinstance(value, torch.Tensor):
-        return f"[{', '.join(map(str, value.shape))}] {str(value.dtype).replace('torch.', '')}"
-    return repr(value)
-
-
-def _guarded(fn):
-    """Your function, called as usual; if it raises, the test fails with one sentence saying which call failed
-    with which inputs (the original traceback is printed above it)."""
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            if isinstance(e, tuple(_EXPECTED)):
-                raise
-            try:
-                items = inspect.signature(fn).bind(*args, **kwargs).arguments.items()
-            except TypeError:
-                items = [*((None, a) for a in args), *kwargs.items()]
-            inputs = ", ".join(_describe(v) if k is None else f"{k}={_describe(v)}" for k, v in items if k != "self")
-            raise pytest.fail.Exception(f"{fn.__qualname__}({inputs}) raised {type(e).__name__}: {e}") from e
-    return call
-
-
-@contextlib.contextmanager
-def _expecting(error):
-    _EXPECTED.append(error)
-    try:
-        yield
-    finally:
-        _EXPECTED.pop()
-
-
-split_heads, merge_heads = _guarded(multihead.split_heads), _guarded(multihead.merge_heads)
+split_heads, merge_heads = guarded(multihead.split_heads), guarded(multihead.merge_heads)
 MultiHeadAttention = multihead.MultiHeadAttention
-MultiHeadAttention.__init__ = _guarded(MultiHeadAttention.__init__)
-MultiHeadAttention.forward = _guarded(MultiHeadAttention.forward)
+MultiHeadAttention.__init__ = guarded(MultiHeadAttention.__init__)
+MultiHeadAttention.forward = guarded(MultiHeadAttention.forward)
 
 
 def _diff(got, want):
@@ -183,7 +145,7 @@ def test_merge_heads_inverts_split():
 # -------------------------------------------------------------------------------- construction
 
 def test_rejects_indivisible_width_naming_both_numbers():
-    with _expecting(ValueError), pytest.raises(ValueError) as info:
+    with expecting(ValueError, f"[{group('init_errors')}]"), pytest.raises(ValueError) as info:
         MultiHeadAttention(10, 3)
     msg = str(info.value)
     assert "10" in msg and "3" in msg, (
@@ -352,9 +314,9 @@ def test_dropout_only_in_training():
     c = mha(x, x, x)
     assert not torch.allclose(a, c), f"in training mode, dropout=0.5 should change the output [{group('dropout')}]"
     assert (_stored(mha, "forward in training mode") == 0).any(), (
-        "in training mode with dropout=0.5, none of the stored self.attn_weights is 0, while the output changes: the "
-        "README asks for dropout on the attention weights (dropout_p of scaled_dot_product_attention) and for "
-        f"self.attn_weights to keep the weights used, after dropout [{group('dropout')}]")
+        "in training mode with dropout=0.5, none of the stored self.attn_weights is 0, while the output changes: "
+        "dropout belongs on the attention weights (dropout_p of scaled_dot_product_attention), and the docstring asks "
+        f"self.attn_weights to hold the weights the output was computed with, after dropout [{group('dropout')}]")
 
 
 def test_dropout_rate():

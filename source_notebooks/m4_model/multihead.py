@@ -65,13 +65,14 @@ class MultiHeadAttention(nn.Module):
                   [B, 1, Lk], a causal mask [Lq, Lk], or a combined mask [B, Lq, Lk].
 
         Returns:
-            [B, Lq, d_model]. Also sets self.attn_weights to the detached weights [B, H, Lq, Lk].
+            [B, Lq, d_model]. Also sets self.attn_weights to the detached weights [B, H, Lq, Lk] that the
+            output was computed with (after dropout, in training mode).
         """
         q = split_heads(self.w_q(query), self.num_heads)        # [B, H, Lq, d_k]
         k = split_heads(self.w_k(key), self.num_heads)          # [B, H, Lk, d_k]
         v = split_heads(self.w_v(value), self.num_heads)        # [B, H, Lk, d_k]
         if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)                            # [B, 1, Lq or 1, Lk]: same for every head
+            mask = mask.unsqueeze(-3)                           # [B, 1, Lq or 1, Lk]: same for every head
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # [B, H, Lq, d_k]
         self.attn_weights = weights.detach()                    # [B, H, Lq, Lk]

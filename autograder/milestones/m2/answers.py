@@ -77,14 +77,15 @@ _variant("keys_values_swapped", "keys and values are swapped: k = w_k(key) and v
          k_from="value", v_from="key")
 _variant("mask_inverted", "the mask is inverted: our masks mean True = may attend (the opposite of "
          "nn.MultiheadAttention's), so pass them on as they are.", invert=True)
-_variant("mask_no_head_dim", "a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(1)) "
+_variant("mask_no_head_dim", "a [B, Lq, Lk] or [B, 1, Lk] mask must get a head dimension (mask.unsqueeze(-3)) "
          "before it meets the scores [B, H, Lq, Lk]; without it, the batch lines up with the heads.",
          mask_how="none")
-_variant("mask_unsqueeze_always", "only 3-D masks need the head dimension: a 2-D causal mask [Lq, Lk] already "
-         "broadcasts, and unsqueeze(1) turns it into [Lq, 1, Lk], which lines the queries up with the heads.",
+_variant("mask_unsqueeze_always", "unsqueeze(1) turns a 2-D causal mask [Lq, Lk] into [Lq, 1, Lk], which lines "
+         "the queries up with the heads: mask.unsqueeze(-3) gives [1, Lq, Lk] for it and [B, 1, Lq, Lk] for a 3-D "
+         "mask.",
          mask_how="always")
-_variant("mask_unsqueeze_last", "the head dimension goes at position 1 (mask.unsqueeze(1) -> [B, 1, Lq, Lk]), "
-         "not at the end.", mask_how="last")
+_variant("mask_unsqueeze_last", "the head dimension goes just before the last two (mask.unsqueeze(-3) -> [B, 1, Lq, "
+         "Lk]), not at the end.", mask_how="last")
 
 
 @CATALOGUE.entry("mha", "scaled_twice", "the queries are scaled by 1/sqrt(d_k) before attention, which already "

@@ -157,8 +157,8 @@ def shapes(t: Tester):
                                        reply["args_after"][0]):
             if not (isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)):
                 t.fail(f"`MultiHeadAttention.forward` changed its `{name}` argument in place (a {label} "
-                       f"came back as {describe(after)}). Leave inputs as they are: use mask.unsqueeze(1), "
-                       f"not mask.unsqueeze_(1).", INPUT_MODIFIED)
+                       f"came back as {describe(after)}). Leave inputs as they are: use mask.unsqueeze(-3), "
+                       f"not mask.unsqueeze_(-3).", INPUT_MODIFIED)
 
 
 @group("m2", "split_merge", provides=("split_heads", "merge_heads"))
