@@ -8,6 +8,9 @@ what train_step does in which order (seen by a recording optimizer: the gradient
 the scheduler after the optimizer), evaluate's token-weighted loss and modes, and a tiny model overfitting
 one batch. No model is trained in a fixture. A failing test names the hidden check group that checks the same
 thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further (more shapes and ids, Adam steps compared exactly, ...).
+
+(PYTEST_DONT_REWRITE: that marker keeps pytest from expanding each failed expression, so a failure prints
+its own message only.)
 """
 import copy
 import fnmatch

@@ -45,7 +45,7 @@ PLAN = {
            "mutant": {"bianca": "no_sqrt_scale.py", "fatima": "mask_inverted.py", "ivo": "causal_triu.py",
                       "mateo": "softmax_no_max_shift.py", "priya": "k_not_transposed.py", "tomasz": "divide_by_dk.py",
                       "wen": "uses_torch_softmax.py", "anouk": "swapped_return.py", "zoë": "mask_after_softmax.py"},
-           "correct": {"chen": "additive_logsumexp.py", "hana": "bmm_clamp.py", "lea": "nan_to_num_guard.py"},
+           "correct": {"chen": "blind_lognorm_guard.py", "hana": "bmm_clamp.py", "lea": "nan_to_num_guard.py"},
            "late_hours": {"emil": 1, "hana": 49, "kemal": 0.15, "quinn": 8 * 24, "nora": 5},
            "none": []},
     "m2": {"stub": ["dara", "uma"],

@@ -7,6 +7,9 @@ torch.nn.functional.scaled_dot_product_attention (shapes, masks of every shape, 
 gradients), dropout (rate and rescaling), inputs left unchanged, loops (torch calls counted at two sizes,
 with every kind of mask) and the forbidden functions. A failing test names the hidden check group that
 checks the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
+
+(PYTEST_DONT_REWRITE: that marker keeps pytest from expanding each failed expression, so a failure prints
+its own message only.)
 """
 import fnmatch
 import math
@@ -426,6 +429,20 @@ def test_gradients_match_pytorch():
                f", because the output itself differs ({_shapes(q=q, k=k, v=v)}, mask [2, 1, 3, 5]): "
                f"{_attention_diff(q, k, v, mask, out.detach(), w.detach()).rstrip('.')}. Fix the values first (the parity and "
                "masking tests)") + f" [{group('gradients')}]")
+
+
+def test_gradients_finite_for_a_fully_masked_row():
+    q, k, v = _qkv(2)
+    mask = _random_mask(2, 3, 5)
+    mask[1, 2] = False                                   # query 2 of item 1 may attend to nothing
+    mine = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, _ = scaled_dot_product_attention(*mine, mask)
+    out.sum().backward()
+    for name, a in zip("qkv", mine):
+        assert a.grad is not None and torch.isfinite(a.grad).all(), (
+            f"with one query row fully masked, the gradient with respect to {name} has NaN or inf entries "
+            f"(F.scaled_dot_product_attention's is finite): a NaN made in the forward pass and replaced afterwards "
+            f"still flows back [{group('gradients')}]")
 
 
 _LOOP_CASES = {   # mask kind -> mask for (lead dims, Lq, Lk)

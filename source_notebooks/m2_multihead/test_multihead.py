@@ -7,6 +7,9 @@ bias=False), the per-head weights kept in attn_weights (detached), dropout (trai
 rate), gradients, inputs left unchanged, loops (torch calls counted as a size grows, with every kind of
 mask) and the forbidden functions. A failing test names the hidden check group that checks the same thing
 (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
+
+(PYTEST_DONT_REWRITE: that marker keeps pytest from expanding each failed expression, so a failure prints
+its own message only.)
 """
 import fnmatch
 import math

@@ -9,6 +9,9 @@ constant so the dropped values can be read off; the layer's rate reaching the at
 feed-forward), gradients of every parameter, inputs left unchanged, loops (torch calls counted as the batch
 and the length grow, with every kind of mask) and the forbidden functions. A failing test names the hidden
 check group that checks the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
+
+(PYTEST_DONT_REWRITE: that marker keeps pytest from expanding each failed expression, so a failure prints
+its own message only.)
 """
 import fnmatch
 import functools

@@ -10,6 +10,9 @@ activation, norm_first, max_len), gradients reaching every parameter, Xavier ini
 their defaults), inputs left unchanged, no PyTorch Transformer modules, no loops (torch calls counted as the
 batch and the lengths grow, with and without masks). A failing test names the hidden check group that checks
 the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
+
+(PYTEST_DONT_REWRITE: that marker keeps pytest from expanding each failed expression, so a failure prints
+its own message only.)
 """
 import math
 

@@ -20,7 +20,7 @@ from autograder.milestones.m1.answers import SOFTMAX_OVERFLOW, expected_attentio
 from autograder.milestones.m1.mistakes import (
     CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
     DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE,
-    DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW,
+    DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW, NAN_GRADIENT_BLOCKED_ROW,
     OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_IGNORES_PAD_ID, PADDING_MASK_INVERTED,
     PADDING_MASK_NO_QUERY_DIM,
     PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN)
@@ -315,6 +315,22 @@ def gradients(t: Tester):
                    f".data, torch.no_grad(), .item() or .numpy() between them).", GRAPH_CUT)
         t.expect_close(got, want[i], f"The gradient of the attention output with respect to {name}",
                        lambda i=i: [(m, gr[i]) for m, gr in tried() if gr is not None])
+    # A query whose keys are all blocked: its output is 0, and the gradients stay finite (PyTorch's are).
+    mask[1, :, 2] = False
+    reply = t.call(SDPA, q, k, v, mask, grad_args=[0, 1, 2], backward=[g, None])
+    want = output_grads(expected_attention, (q, k, v), mask, g)
+    # Wrong values in that row (e.g. a -1e9 fill) are masking's business: here only a finite gradient is asked then.
+    value = reply.get("value")
+    values_right = (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], torch.Tensor)
+                    and t.close(value[0], expected_attention(q, k, v, mask)[0]))
+    for name, got, right in zip("qkv", reply.get("grads") or (), want):
+        what = (f"The gradient with respect to {name} when query 2 of batch item 1 has every key blocked (mask "
+                f"[{B}, 1, {Lq}, {Lk}])")
+        if isinstance(got, torch.Tensor) and got.shape == right.shape and not torch.isfinite(got).all():
+            t.fail(f"{what} has {int((~torch.isfinite(got)).sum())} NaN or inf entries; PyTorch's is finite "
+                   f"everywhere. Likely cause: {NAN_GRADIENT_BLOCKED_ROW.text}", NAN_GRADIENT_BLOCKED_ROW)
+        if values_right:
+            t.expect_close(got, right, what)
 
 
 

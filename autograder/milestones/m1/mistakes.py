@@ -9,6 +9,12 @@ CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED = 
 DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY = CATALOGUE.plain(
     "dropout_before_softmax", "dropout_ignored", "dropout_keep_probability")
 DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("dtype_changed", "graph_cut", "input_modified")
+NAN_GRADIENT_BLOCKED_ROW = CATALOGUE.mistake(
+    "nan_gradient_blocked_row",
+    "the forward pass computes a NaN for a row whose keys are all blocked (-inf - (-inf), or 0 / 0) and replaces "
+    "it with 0 afterwards (nan_to_num, torch.where or masked_fill on the result): the values come out right, but "
+    "the NaN still flows back in backward(). Avoid making it: shift an all -inf slice by 0 instead of by its max, "
+    "and divide by 1 where the sum is 0.")
 MASK_NOT_BOOL, NAN_BLOCKED_ROW, SOFTMAX_NAN_BLOCKED_ROW = CATALOGUE.plain(
     "mask_not_bool", "nan_blocked_row", "softmax_nan_blocked_row")
 PADDING_COMPARE, PADDING_MASK_INVERTED, PADDING_MASK_NO_QUERY_DIM, PADDING_MASK_ON_QUERIES = CATALOGUE.plain(

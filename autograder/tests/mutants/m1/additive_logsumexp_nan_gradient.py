@@ -1,4 +1,11 @@
-"""Correct: additive float mask (0 / -inf) built from the bool mask and a logsumexp softmax."""
+"""Mistake: additive float mask (0 / -inf) and a logsumexp softmax whose -inf normaliser is replaced by 0
+after it is computed: the values are right, but for a query whose keys are all blocked the NaN of
+logsumexp's backward reaches q and k through the addition. (Written as a correct variant by an outside
+helper; the check of a fully masked row's gradients, added after a newcomer found this kind, showed it.)
+
+CATCHES: gradients
+DIAGNOSIS: nan_gradient_blocked_row
+"""
 import math
 
 import torch
