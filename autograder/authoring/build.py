@@ -77,6 +77,7 @@ def testkit(course: Course, m: Milestone) -> Plan:
 def readme(course: Course, m: Milestone) -> Plan:
     deps = course.dependencies(m)
     carried = [f for d in deps for f in d.files]
+    provided = [f for d in (*deps, m) for f in d.provided]
     has_notebook = notebook.source_path(course, m).is_file()
     lines = [
         f"# {course.title}: milestone {m.id[1:]}, {m.title}",
@@ -91,7 +92,9 @@ def readme(course: Course, m: Milestone) -> Plan:
         (has_notebook, f"Work through `{notebook.notebook_name(m)}`: it explains each step, draws what your code "
                        f"computes, and asks the written questions."),
         (carried, f"{grading_text.code_list(carried)}: a working reference from earlier milestones, so this folder "
-                  f"runs on its own. Grading always uses this reference, not your own copy."))
+                  f"runs on its own. Grading always uses this reference, not your own copy."),
+        (provided, f"{grading_text.code_list(provided)}: provided by the course; use it as it is (grading uses the "
+                   f"course's copy)."))
     lines += [
         "",
         "## Check your work",

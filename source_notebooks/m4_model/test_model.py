@@ -555,3 +555,15 @@ def test_no_loops(kind):
         f"forward ({kind}) makes a different number of torch calls as a size grows: {counts}. A count that grows with "
         f"the batch or a length means a Python loop (perhaps only for this kind of mask); the only loop expected is "
         f"the one over the layers [{group('vectorization')}]")
+
+
+def test_table_has_no_loop_over_positions():
+    counts = {}
+    for max_len in (10, 30):
+        with TorchCalls() as calls:
+            sinusoidal_positional_encoding(max_len, 8)
+        counts[f"max_len {max_len}"] = calls.count
+    assert len(set(counts.values())) == 1, (
+        f"sinusoidal_positional_encoding makes a different number of torch calls as max_len grows: {counts}, so it "
+        f"loops over the positions: compute every position at once (positions [max_len, 1] times the frequencies "
+        f"[d_model/2]) [{group('vectorization')}]")

@@ -43,7 +43,7 @@ TESTS_OF_GROUP = {
     'size_tying': ['test_tied_embeddings_share_one_parameter', 'test_parameter_count'],
     'init': ['test_xavier_initialisation'],
     'behaviour': ['test_model_passes_every_setting_on', 'test_model_leaves_its_inputs_unchanged'],
-    'vectorization': ['test_no_loops'],
+    'vectorization': ['test_no_loops', 'test_table_has_no_loop_over_positions'],
     'from_scratch': ['test_no_pytorch_transformer_modules'],
 }
 

@@ -606,6 +606,18 @@ def behaviour(t: Tester):
 
 @group("m4", "vectorization", depends=PARTS, style=True, observes=True)
 def vectorization(t: Tester):
+    # The table: one batched computation whatever max_len (a loop over positions grows with it).
+    def table_ops(max_len):
+        reply = t.call("sinusoidal_positional_encoding", max_len, 8, record=True)
+        t.works(reply["value"], pe_table(max_len, 8).to(torch.get_default_dtype()), "`sinusoidal_positional_encoding`",
+                atol=float(pe_tolerance(max_len).max()))
+        return reply["record"]["op_count"]
+
+    rows = t.grown(10, 30, 60)
+    t.expect_constant_ops({"base": table_ops(10), f"max_len grew from 10 to {rows}": table_ops(rows)},
+                          "smaller table (max_len 10)",
+                          "sinusoidal_positional_encoding", "Compute every position at once: positions [max_len, 1] "
+                          "times the frequencies [d_model/2] broadcast to the angles [max_len, d_model/2].", limit=60)
     # Every form of mask forward takes (a loop may hide behind one only, e.g. over the batch for 3-D masks).
     forms = ("no masks", "src_mask [B, 1, Ls] and tgt_mask [Lt, Lt]", "src_mask [B, 1, Ls] and tgt_mask [B, Lt, Lt]")
 
@@ -637,6 +649,7 @@ def vectorization(t: Tester):
         t.expect_constant_ops({k: count(*sizes[k], i) for k in ("base", grew) if k is not None}, "base size",
                               f"Transformer.forward (with {label})", advice, limit=700)
     t.expect_constant_ops(every, "base size", "Transformer.forward", advice, limit=700 * len(forms))
+
 
 
 @group("m4", "from_scratch", depends=PARTS, style=True, observes=True)
