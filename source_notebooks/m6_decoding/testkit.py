@@ -63,7 +63,8 @@ FORBIDDEN = [
 
 
 def group(name):
-    """The words for a hidden check group: "hidden check group `dropout` (2 points)"."""
+    """The words for a hidden check group: its name, points and what it checks (course.yaml), e.g.
+    "hidden check group `shapes` (1 point: ...)"."""
     points = GROUPS[name][0]
     return f"hidden check group `{name}` ({points} point{'s' if points != 1 else ''}: {GROUPS[name][1]})"
 
