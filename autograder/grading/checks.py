@@ -110,6 +110,7 @@ class Values:
     passed: tuple[str, ...] = ()
     failed: tuple[tuple[str, str], ...] = ()      # (group, first line of its message)
     working: frozenset = frozenset()   # student callables with right values (or a known mistake's) somewhere
+    proven: frozenset = frozenset()    # ids of the mistakes an earlier group reproduced by their own computation
 
     def charged_in(self, text: str) -> str | None:
         """The failed group of values whose message starts with the same line as `text`."""
@@ -266,7 +267,8 @@ class Tester:
         crash = None
         if catalogue is not None:
             def crash(reply):
-                return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args, **kwargs)
+                return catalogue[0].raising(catalogue[1], reply.get("type"), reply.get("message"), *args,
+                                            prefer=self.values.proven, **kwargs)
         return self._request(protocol.Call(module=self.module_name, func=func, args=list(args), kwargs=kwargs,
                                            record=record, grad_args=grad_args or [], backward=backward,
                                            return_args=return_args, seed=seed), what, allow_error, crash,

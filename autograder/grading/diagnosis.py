@@ -98,9 +98,11 @@ class Catalogue:
         return out
 
 
-    def raising(self, kind: str, error_type: str, message: str, *args, **kwargs) -> Mistake | None:
+    def raising(self, kind: str, error_type: str, message: str, *args, prefer=frozenset(), **kwargs
+                ) -> Mistake | None:
         """The entry of `kind` that raises the student's error (same type, same message) on the same
-        arguments: a student whose code fails exactly like that most likely made that mistake."""
+        arguments: a student whose code fails exactly like that most likely made that mistake. When several
+        do, the one an earlier check of this submission already proved (`prefer`: ids), if exactly one."""
         found = {}
         for mistake in self.entries.get(kind, []):
             try:
@@ -108,7 +110,7 @@ class Catalogue:
             except Exception as e:
                 if same_error(e, error_type, message):
                     found[mistake.id] = mistake
-        return alone(found.values())
+        return alone(found.values()) or alone(m for m in found.values() if m.id in prefer)
 
 
 def alone(mistakes) -> Mistake | None:
@@ -185,7 +187,7 @@ def precision_lost(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
         return None
     digits = max(1, int(-torch.log10(torch.tensor(relative_error(a, e) + 1e-300)).item()))
     return (f"Your values agree with the right ones to only about {digits} significant digits, where a float64 "
-            f"computation gives about 15: a step of your computation loses precision.")
+            f"computation of the formula gives about 15.")
 
 
 def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, rtol: float, loose=True) -> bool:
@@ -200,6 +202,11 @@ def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, 
         return False          # the mistake gives the right answer here: it explains nothing
     if not loose:
         return torch.allclose(a, v, atol=atol, rtol=rtol, equal_nan=True)
+    if torch.allclose(v, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True):
+        # The mistake's own effect is below the loose tolerance (e.g. float32 rounding): at that tolerance any small
+        # deviation would "match" it. It reproduces the answer only if the answer is no further off than it is.
+        effect = (v - e).abs().nan_to_num(nan=float("inf")).max()
+        return bool((a - e).abs().nan_to_num(nan=float("inf")).max() <= 4 * effect + atol)
     return torch.allclose(a, v, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True)
 
 

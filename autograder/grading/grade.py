@@ -217,7 +217,8 @@ class Grading:
                               if not r.passed and not _is_style(self.groups, r.name)),
                         # right values, or values a known mistake reproduces (charged once, where it is)
                         frozenset(c for r in earlier if (r.passed and not r.charged_in or r.reproduced)
-                                  and not _is_style(self.groups, r.name) for c in r.invoked))
+                                  and not _is_style(self.groups, r.name) for c in r.invoked),
+                        frozenset(r.cause for r in earlier if not r.passed and r.reproduced and r.cause))
         charged = {r.name: r.charged_in for r in earlier if r.passed and r.charged_in}
         return _run_group(name, points, self.groups.get(name), self.groups, failed, self.session, self.m,
                           self.seed, values, charged)

@@ -165,6 +165,29 @@ def _softmax_global_sum(x, dim=-1):
     return e / e.sum()
 
 
+@CATALOGUE.entry("softmax", "softmax_max_wrong_dim", "the max is taken over the last dimension but the exponentials "
+                 "are summed along `dim`: the shift is then not constant along each softmax slice, which changes the "
+                 "result. Take the max along `dim` too (x.amax(dim=dim, keepdim=True)).")
+def _softmax_max_last(x, dim=-1):
+    if dim in (-1, x.dim() - 1):
+        return None
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
+
+
+def _softmax_eps(x, dim=-1, eps=1e-6):
+    """A small constant added to the sum, instead of a guard for the all -inf slices."""
+    e = torch.exp(x - _finite_or_zero(x.amax(dim, keepdim=True)))
+    return e / (e.sum(dim, keepdim=True) + eps)
+
+
+CATALOGUE.deviations("softmax", _softmax_eps, tuple(
+    (f"softmax_eps_{eps:g}", f"the sum is increased by a small constant ({eps:g}) before the division, so no row "
+     f"sums to exactly 1 and the values differ from the formula by about {eps:g} relative: divide by the sum itself, "
+     f"and guard only the all -inf slices (a sum of 0: divide by 1 there).", {"eps": eps})
+    for eps in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9)))
+
+
 def _finite_or_zero(y):
     return torch.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
 
