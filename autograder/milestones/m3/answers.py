@@ -5,6 +5,8 @@ the same random weights as the student's, and CATALOGUE's computations of what e
 be named."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from autograder.milestones.reference import (
@@ -12,10 +14,15 @@ from autograder.milestones.reference import (
 from autograder.milestones.m3.mistakes import CATALOGUE
 
 
-def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, grad=None):
-    """(output, grads or None) of PyTorch's layer; grads: parameter name (ours) -> gradient, and "x", "memory"."""
+def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, grad=None,
+                   norm_eps=None):
+    """(output, grads or None) of PyTorch's layer; grads: parameter name (ours) -> gradient, and "x", "memory".
+    `norm_eps`: the eps of the layer's norms, when not LayerNorm's default 1e-5 (a known mistake)."""
     decoder = memory is not None
     layer = torch_layer(p, d, d_ff, decoder, norm_first, activation, x.dtype)
+    if norm_eps is not None:
+        for n in range(1, 4 if decoder else 3):
+            getattr(layer, f"norm{n}").eps = norm_eps
     B, L = x.shape[:2]
     if grad is not None:
         x = x.clone().requires_grad_(True)
@@ -116,6 +123,13 @@ for _id, (_text, _dev) in FF_MISTAKES.items():
     CATALOGUE.entry("feed_forward", _id, _text)(lambda p, x, activation, _dev=_dev: feed_forward_fn(p, x, activation, **_dev))
 
 
+@CATALOGUE.entry("feed_forward", "ffn_own_residual", "FeedForward adds its own residual connection (it returns x + "
+                 "linear2(...)); it must return linear2(dropout(activation(linear1(x)))) alone. The layers add the "
+                 "residual around it (x + drop(feed_forward(...))), so with yours x would be added twice.")
+def _ffn_own_residual(p, x, activation):
+    return x + feed_forward_fn(p, x, activation)
+
+
 LAYER_MISTAKES = {
     "pre_ln_residual_from_norm": ("in pre-LN the residual must be the un-normalised stream: x = x + "
                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": True}, "pre"),
@@ -198,6 +212,87 @@ def _cross_q_from_layer_input(p, norm_first, activation, x, memory=None, src_mas
     for n, sub in enumerate(subs, 1):
         x = x + sub(norm(x, n)) if norm_first else norm(x + sub(x), n)
     return x
+
+
+# The layers' norms built with another eps than LayerNorm's default 1e-5 (LayerNorm(d_model, eps=...)): PyTorch's
+# layer with that eps. Named only when it reproduces the answer to float64 accuracy (see STRICT_ONLY): to float32
+# accuracy (the loose match) the eps of 1e-6 and below look alike, and like a computation partly in float32.
+# Below about 1e-10 an eps cannot be told from none at all in float64 at unit scale (measured: 1e-10, 1e-12 and 0
+# give the same answers to 1e-9): one entry stands for them all.
+NORM_EPS = {1e-6: ("1e-6", "1e-6 (the Annotated Transformer's value)"), 1e-7: ("1e-7", "1e-7"),
+            1e-8: ("1e-8", "1e-8"), 1e-9: ("1e-9", "1e-9"), 1e-12: ("1e-12", "1e-10 or less (1e-12 is common)"),
+            1e-4: ("1e-4", "1e-4"), 1e-3: ("1e-3", "1e-3")}
+STRICT_ONLY = {"layer_norms_eps", "layer_norm_default_eps"}
+
+
+def _register_norm_eps():
+    for kind in ("encoder", "decoder"):
+        for eps, (literal, said) in NORM_EPS.items():
+            text = (f"the layer's norms use eps = {said}, not LayerNorm's default 1e-5 (for example "
+                    f"LayerNorm(d_model, eps={literal})): build them as LayerNorm(d_model), as the docstring says, so "
+                    f"that eps is 1e-5, that of PyTorch's layers.")
+
+            def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _eps=eps):
+                d, d_ff = x.size(-1), p["feed_forward.linear1.weight"].size(0)
+                return expected_layer(p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask,
+                                      norm_eps=_eps)[0]
+            CATALOGUE.entry(kind, "layer_norms_eps", text)(fn)
+
+
+_register_norm_eps()
+
+
+def _register_default_eps():
+    """LayerNorm itself with another default eps (def __init__(self, d_model, eps=1e-6)): seen when the check gives
+    no eps (1e-5, the default, is meant)."""
+    for eps, (literal, said) in NORM_EPS.items():
+        text = (f"LayerNorm's default eps is {said}, not 1e-5 (def __init__(self, d_model, eps={literal})): keep the "
+                f"stub's default, eps=1e-5, that of nn.LayerNorm.")
+        CATALOGUE.entry("layer_norm", "layer_norm_default_eps", text)(
+            lambda x, w, b, eps=1e-5, _eps=eps: layer_norm_fn(x, w, b, _eps) if eps == 1e-5 else None)
+
+
+_register_default_eps()
+
+
+# Pre-LN, the feed-forward reading a stale value instead of the stream that holds the attention output(s): the
+# normalised input of the sub-layer before it, normalised again (n = norm1(x); ...; feed_forward(norm2(n))), or the
+# layer's own input (feed_forward(norm2(x_in))).
+STALE_FF = {
+    ("encoder", "previous_normed"): "norm2 of the attention's normalised input (norm2(norm1(x)))",
+    ("encoder", "layer_input"): "norm2 of the layer's input (the x the layer was called with)",
+    ("decoder", "previous_normed"): "norm3 of the cross-attention's normalised input (norm3(norm2(x)))",
+    ("decoder", "layer_input"): "norm3 of the layer's input (the x the layer was called with)",
+}
+
+
+def ff_from_stale(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, *, reads):
+    """A pre-LN layer whose feed-forward reads `reads` ("previous_normed" or "layer_input") through its norm."""
+    if not norm_first:
+        return None
+    decoder = memory is not None
+
+    def norm(h, n):
+        return layer_norm_fn(h, p[f"norm{n}.weight"], p[f"norm{n}.bias"])
+    x_in, n = x, norm(x, 1)
+    x = x + attention_fn(p, "self_attn", n, n, n, tgt_mask if decoder else src_mask)
+    if decoder:
+        n = norm(x, 2)
+        x = x + attention_fn(p, "cross_attn", n, memory, memory, src_mask)
+    stale = n if reads == "previous_normed" else x_in
+    return x + feed_forward_fn(sub_params(p, "feed_forward"), norm(stale, 3 if decoder else 2), activation)
+
+
+def _register_stale_ff():
+    for (kind, reads), said in STALE_FF.items():
+        last = "norm3" if kind == "decoder" else "norm2"
+        text = (f"in pre-LN the feed-forward must read the stream that already holds the attention "
+                f"output{'s' if kind == 'decoder' else ''}: x = x + drop(feed_forward({last}(x))) with the updated x; "
+                f"yours reads {said}, so the attention's result never reaches the feed-forward.")
+        CATALOGUE.entry(kind, "pre_ln_ff_stale_input", text)(functools.partial(ff_from_stale, reads=reads))
+
+
+_register_stale_ff()
 
 
 def _register_layers():

@@ -9,26 +9,30 @@ This folder, one job per file:
 - mistakes.py: CATALOGUE and the mistakes a check recognises from its own evidence;
 - stand_ins.py: judge-written LayerNorm and FeedForward, so the layers are graded on their own merits when
   the student's parts are wrong (MultiHeadAttention is milestone 2's reference; imported below, which
-  registers them).
+  registers them);
+- recipes.py: code run beside the student's (the parameters their layers' forward declares).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import weakref
 
 import torch
 import torch.nn.functional as F
 
-from autograder.grading.checks import TOLERANCES, CheckFailed, Tester, group, shape_str
-from autograder.grading.diagnosis import matches, reproducing, same_error
-from autograder.milestones.reference import HEADS, feed_forward_fn, layer_params, ragged_masks, sub_params
+from autograder.grading.checks import TOLERANCES, ChargedAbove, CheckFailed, NotJudged, Tester, group, shape_str
+from autograder.grading.diagnosis import Mistake, matches, reproducing, same_error
+from autograder.milestones.reference import HEADS, feed_forward_fn, layer_fn, layer_params, ragged_masks, sub_params
 from autograder.milestones.m3 import stand_ins  # noqa: F401  (registers the stand-ins)
-from autograder.milestones.m3.answers import expected_layer, through_norms
+from autograder.milestones.m3.answers import STRICT_ONLY, expected_layer, through_norms
+from autograder.milestones.m3.recipes import recipe_signature
 from autograder.milestones.m3.mistakes import (
     CATALOGUE, NEVER_USED, ACTIVATION_CASE, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED,
     ATTENTION_DROPOUT_MISSING, BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_ON_RESIDUAL_SUM, FFN_DROPOUT_BEFORE_ACTIVATION,
     FFN_DROPOUT_MISPLACED, FFN_DROPOUT_NOT_PASSED, FFN_DROPOUT_RATE_IGNORED, FFN_NO_DROPOUT, GRAPH_CUT, INPUT_MODIFIED, LAYER_NORM_INIT,
     LOOKS_AHEAD, NO_RESIDUAL_DROPOUT, NORM_FIRST_ATTRIBUTE, PADDING_NOT_IGNORED, PARAMETER_NAMES, SHARED_SUBMODULE,
-    SUBMODULE_KINDS)
+    SIGNATURE_CHANGED, SUBMODULE_KINDS)
 
 PARTS = ("layer_norm", "feed_forward")        # what every layer group depends on
 
@@ -58,6 +62,124 @@ def inputs_kept(t: Tester, reply, cls: str, names, values, what: str):
                    f"such as +=, -=, add_ or masked_fill_ on an argument).", INPUT_MODIFIED)
 
 
+# ---- the layers' forward signatures -----------------------------------------------------------
+
+# The stub's parameters of each layer's forward (after self), in the order the grader passes them (by position, as
+# milestone 4's Encoder and Decoder do).
+ARGS = {"encoder": ("x", "src_mask"), "decoder": ("x", "memory", "src_mask", "tgt_mask")}
+CLASSES = {"encoder": "EncoderLayer", "decoder": "DecoderLayer"}
+# Other names students give these parameters (PyTorch's layers', tutorials'): what the body means by each.
+ALIASES = {
+    "encoder": {"src": "x", "mask": "src_mask", "source_mask": "src_mask", "attn_mask": "src_mask",
+                "padding_mask": "src_mask"},
+    "decoder": {"tgt": "x", "trg": "x", "y": "x", "enc_output": "memory", "encoder_output": "memory",
+                "enc_out": "memory", "encoder_out": "memory", "mem": "memory", "memory_mask": "src_mask",
+                "source_mask": "src_mask", "cross_mask": "src_mask", "trg_mask": "tgt_mask", "target_mask": "tgt_mask",
+                "self_mask": "tgt_mask"},
+}
+SAID = {"x": "the layer's input x", "memory": "memory", "src_mask": "the source mask (src_mask)",
+        "tgt_mask": "the target mask (tgt_mask)"}
+_SIGNATURES: "weakref.WeakKeyDictionary[Tester, dict]" = weakref.WeakKeyDictionary()
+
+
+def signature_finding(t: Tester, kind: str) -> tuple[str, Mistake | None] | None:
+    """How the student's layer forward's parameters differ from the stub's, read in the worker (once per group, and
+    only after a failure): (the sentence that says it, and the mistake with its own computation, the judge's layer
+    given the arguments as the body receives them, when the meaning of every parameter is known), or None when the
+    grader's positional call gives each parameter what its name says (a renamed parameter is the student's own)."""
+    cache = _SIGNATURES.setdefault(t, {})
+    if kind not in cache:
+        cls = CLASSES[kind]
+        try:
+            params = t.run(recipe_signature, cls, "forward", what=f"`{cls}.forward`'s parameters")["value"]
+        except CheckFailed:
+            params = None
+        cache[kind] = _finding(kind, params) if params else None
+    return cache[kind]
+
+
+def _finding(kind: str, params) -> tuple[str, Mistake | None] | None:
+    stub, cls = ARGS[kind], CLASSES[kind]
+    if params[0][1] in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD"):
+        params = params[1:]                                          # self
+    if any(k == "VAR_POSITIONAL" for _, k, _ in params):
+        return None                                                  # *args: what each one gets is not declared
+    names = [n for n, k, _ in params if k in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")]
+    required = [n for n, k, d in params if k in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD") and d is None]
+    meaning = [n if n in stub else ALIASES[kind].get(n) for n in names]
+    if meaning[:len(stub)] == list(stub) and len(required) <= len(stub):
+        return None
+    declared = "(" + ", ".join(["self", *(n if d is None else f"{n}={d}" for n, _, d in params)]) + ")"
+    stub_text = "(self, " + ", ".join(n if i == 0 or n == "memory" else f"{n}=None" for i, n in enumerate(stub)) + ")"
+    head = (f"`{cls}.forward` is declared {declared}, but the stub declares {stub_text}: the grader (like milestone "
+            f"4's {cls.replace('Layer', '')}) passes the arguments by position, in the stub's order, so ")
+    keep = f". Keep the stub's signature: def forward{stub_text}."
+    if len(required) > len(stub):
+        return head + f"your forward needs {len(required)} arguments and gets {len(stub)}" + keep, None
+    if len(names) < len(stub):
+        return head + f"it is given {len(stub)} arguments ({', '.join(stub)}) where yours takes {len(names)}" + keep, None
+    wrong = [(n, stub[i]) for i, n in enumerate(names[:len(stub)]) if meaning[i] != stub[i]]
+    said = " and ".join(f"your `{n}` receives {SAID[v]}" for n, v in wrong)
+    text = head + said + keep
+    if None in meaning[:len(stub)] or sorted(meaning[:len(stub)]) != sorted(stub):
+        return text, None                       # what the body means by a parameter is not known: no computation
+
+    def computation(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
+        given = dict(zip(stub, (x, memory, src_mask, tgt_mask) if kind == "decoder" else (x, src_mask)))
+        body = {meaning[i]: given[name] for i, name in enumerate(stub)}
+        return layer_fn(p, norm_first, activation, body["x"], body.get("memory"), body.get("src_mask"),
+                        body.get("tgt_mask"))
+    return text, Mistake(SIGNATURE_CHANGED.id, text, computation)
+
+
+@contextlib.contextmanager
+def signature_said(t: Tester, kind: str):
+    """A layer failure also says how the layer's forward is declared, when that differs from the stub's and the
+    failure did not already name it (a fact about the file, not a guess: the parameters receive the arguments by
+    position)."""
+    try:
+        yield
+    except (NotJudged, ChargedAbove):
+        raise
+    except CheckFailed as e:
+        if e.mistake is not None and e.mistake.id == SIGNATURE_CHANGED.id:
+            raise
+        found = signature_finding(t, kind)
+        if found is None:
+            raise
+        raise CheckFailed(f"{e}\n{found[0]}", e.mistake) from None
+
+
+def _same(a, b) -> bool:
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+            and torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=1e-12, rtol=1e-10))
+
+
+def strict_tried(kind: str, actual, want, *inputs, **kwargs) -> list:
+    """CATALOGUE.tried(kind, ...) without the entries of STRICT_ONLY that do not give `actual` to full accuracy."""
+    atol, rtol = TOLERANCES.get(want.dtype, TOLERANCES[torch.float32])
+    return [(m, v) for m, v in CATALOGUE.tried(kind, *inputs, **kwargs)
+            if m.id not in STRICT_ONLY or isinstance(actual, torch.Tensor)
+            and matches(actual, v, want, atol, rtol, loose=False)]
+
+
+def layer_tried(t: Tester, kind: str, actual, want, *inputs) -> list:
+    """The catalogue's (mistake, value) pairs of `kind` on `inputs`, for t.expect_close: an entry of STRICT_ONLY only
+    when it gives `actual` to full accuracy; and, when the student's forward receives its arguments in another
+    order than the stub's, that signature's computation in place of every entry computing the same values (the
+    file says where the difference comes from)."""
+    pairs = strict_tried(kind, actual, want, *inputs)
+    found = signature_finding(t, kind)
+    if found is not None and found[1] is not None:
+        try:
+            own = found[1](*inputs)
+        except Exception:
+            own = None
+        if own is not None:
+            pairs = [(m, v) for m, v in pairs if not _same(v, own)] + [(found[1], own)]
+    return pairs
+
+
 # ---- running the student's layers ---------------------------------------------------------------
 
 
@@ -84,8 +206,10 @@ def explain_crash(t: Tester, reply, p, d, d_ff, norm_first, activation, x, memor
     on a source as long as the target, where none of them raises, and the one whose values it gives is named."""
     kind = "decoder" if memory is not None else "encoder"
     inputs = (p, norm_first, activation, x, memory, src_mask, tgt_mask)
+    found = signature_finding(t, kind)
+    signature = found[1] if found is not None else None
     raisers = {}
-    for mistake in CATALOGUE.entries.get(kind, []):
+    for mistake in [*CATALOGUE.entries.get(kind, []), *([signature] if signature is not None else [])]:
         try:
             mistake(*inputs)
         except Exception as e:
@@ -98,14 +222,24 @@ def explain_crash(t: Tester, reply, p, d, d_ff, norm_first, activation, x, memor
     B, Lt = x.shape[:2]
     mem = torch.randn(B, Lt, memory.size(-1), generator=torch.Generator().manual_seed(Lt), dtype=memory.dtype)
     src = None if src_mask is None else ragged_masks(B, Lt, Lt)[0]
+    alike = (p, norm_first, activation, x, mem, src, tgt_mask)
+    if signature is not None and signature.id in raisers:
+        # The file's own signature raises this error; another entry that computes the same values where nothing
+        # raises (the masks swapped in the body) is that signature, not a second explanation.
+        try:
+            own = signature(*alike)
+        except Exception:
+            own = None
+        others = {m.id for m, v in CATALOGUE.tried(kind, *alike) if m.id in raisers and not _same(v, own)}
+        if own is not None and not others:
+            return signature
     try:
         out = run_layer(t, p, d, d_ff, norm_first, activation, x, mem, src, tgt_mask)["outputs"][0]
     except CheckFailed:
         return None
     want = expected_layer(p, d, d_ff, norm_first, activation, x, mem, src, tgt_mask)[0]
     atol, rtol = TOLERANCES.get(want.dtype, TOLERANCES[torch.float32])
-    candidates = [(m, v) for m, v in CATALOGUE.tried(kind, p, norm_first, activation, x, mem, src, tgt_mask)
-                  if m.id in raisers]
+    candidates = [(m, v) for m, v in layer_tried(t, kind, out, want, *alike) if m.id in raisers]
     return reproducing(candidates, lambda v: isinstance(out, torch.Tensor) and matches(out, v, want, atol, rtol))
 
 
@@ -120,18 +254,21 @@ def check_layer(t: Tester, d, d_ff, norm_first, activation, x, memory=None, src_
                 label="no mask", p=None):
     decoder = memory is not None
     p = p or layer_params(t, d, d_ff, decoder, x.dtype)
-    reply = run_layer(t, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask)
+    kind = "decoder" if decoder else "encoder"
+    with signature_said(t, kind):
+        reply = run_layer(t, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask)
     what = describe_layer(decoder, norm_first, activation, x, memory, label)
     want, _ = expected_layer(p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask)
-    kind = "decoder" if decoder else "encoder"
-    tried = lambda: CATALOGUE.tried(kind, p, norm_first, activation, x, memory, src_mask, tgt_mask)  # noqa: E731
+    tried = lambda: layer_tried(t, kind, reply["outputs"][0], want, p, norm_first, activation, x, memory,  # noqa: E731
+                                src_mask, tgt_mask)
 
     def unused():
         g = torch.ones_like(want)
         grads = run_layer(t, p, d, d_ff, norm_first, activation, x, memory, src_mask, tgt_mask,
                           backward=[g]).get("param_grads")
         return never_used(grads)
-    t.expect_close(reply["outputs"][0], want, f"The output of {what}", tried, probes=[unused])
+    with signature_said(t, kind):
+        t.expect_close(reply["outputs"][0], want, f"The output of {what}", tried, probes=[unused])
     names, values = (("x", "memory", "src_mask", "tgt_mask"), (x, memory, src_mask, tgt_mask)) if decoder else \
         (("x", "src_mask"), (x, src_mask))
     inputs_kept(t, reply, "DecoderLayer" if decoder else "EncoderLayer", names, values, what)
@@ -169,7 +306,8 @@ def layer_norm(t: Tester):
                 f"({str(dtype).replace('torch.', '')}, mean {mean:g}, spread {spread:g})")
         want = F.layer_norm(x, (d,), w, b, eps)
         t.expect_close(got, want, f"The output of {what}",
-                       lambda x=x, w=w, b=b, eps=eps: CATALOGUE.tried("layer_norm", x, w, b, eps=eps))
+                       lambda x=x, w=w, b=b, eps=eps, got=got, want=want: strict_tried("layer_norm", got, want, x, w, b,
+                                                                                      eps=eps))
         t.expect_tensor(got, f"The output of {what}", dtype=dtype)
         inputs_kept(t, reply, "LayerNorm", ("x",), (x,), what)
 
@@ -238,12 +376,15 @@ def gradients(t: Tester):
         x, memory = t.randn(B, Lt, d), t.randn(B, Ls, d)
         p = layer_params(t, d, d_ff, True)
         g = t.randn(B, Lt, d)
-        reply = run_layer(t, p, d, d_ff, norm_first, "gelu", x, memory, src_mask, tgt_mask, backward=[g])
+        with signature_said(t, "decoder"):
+            reply = run_layer(t, p, d, d_ff, norm_first, "gelu", x, memory, src_mask, tgt_mask, backward=[g])
         what = describe_layer(True, norm_first, "gelu", x, memory, "both masks")
         want, want_grads = expected_layer(p, d, d_ff, norm_first, "gelu", x, memory, src_mask, tgt_mask, grad=g)
-        t.expect_close(reply["outputs"][0], want, f"The output of {what}",
-                       lambda: CATALOGUE.tried("decoder", p, norm_first, "gelu", x, memory, src_mask, tgt_mask),
-                       probes=[lambda: never_used(reply.get("param_grads"))])
+        with signature_said(t, "decoder"):
+            t.expect_close(reply["outputs"][0], want, f"The output of {what}",
+                           lambda: layer_tried(t, "decoder", reply["outputs"][0], want, p, norm_first, "gelu", x,
+                                               memory, src_mask, tgt_mask),
+                           probes=[lambda: never_used(reply.get("param_grads"))])
         grads = reply.get("param_grads")
         if grads is None:
             t.fail(f"No gradient reached the parameters of {what}: {reply.get('grad_problem')}.", GRAPH_CUT)
@@ -317,9 +458,9 @@ def eval_deterministic(outputs) -> bool:
 def expect_eval_values(t: Tester, outputs, want, what, tried):
     """The dropout group's eval-mode comparison. Dropout that still acts in eval mode makes two calls differ:
     that is the behaviour group's finding ("eval mode is deterministic") and is not charged here again; the
-    values are compared only when eval mode is deterministic."""
+    values are compared only when eval mode is deterministic. `tried(output, want)`: the known mistakes' values."""
     if eval_deterministic(outputs):
-        t.expect_close(outputs[0], want, what, tried)
+        t.expect_close(outputs[0], want, what, functools.partial(tried, outputs[0], want))
 
 
 def _branch_check(t: Tester, what, out, x, branch, p):
@@ -423,7 +564,7 @@ def dropout(t: Tester):
     reply = run_layer(t, pe, d, d, True, "relu", x, dropout=p, attrs=("self_attn.dropout",), calls=2)
     expect_eval_values(t, reply["outputs"], expected_layer(pe, d, d, True, "relu", x)[0],
                        "The output of EncoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)",
-                       lambda: CATALOGUE.tried("encoder", pe, True, "relu", x))
+                       lambda out, want: layer_tried(t, "encoder", out, want, pe, True, "relu", x))
     if reply["attrs"][0].get("self_attn.dropout") != p:
         t.fail(f"EncoderLayer(dropout={p}) builds its self_attn without that dropout (its attention weights are "
                f"never dropped): MultiHeadAttention(d_model, num_heads, dropout).", ATTENTION_DROPOUT_MISSING)
@@ -435,7 +576,7 @@ def dropout(t: Tester):
     evaluated = t.module("FeedForward", (d, d), kw, params=ff, dtype="float64",
                          calls=[{"args": [xf], "seed": s} for s in (3, 4)])["outputs"]
     expect_eval_values(t, evaluated, feed_forward_fn(ff, xf, "gelu"), "The output of FeedForward(dropout=0.5, "
-                       "activation='gelu') in eval mode", lambda: CATALOGUE.tried("feed_forward", ff, xf, "gelu"))
+                       "activation='gelu') in eval mode", lambda out, want: CATALOGUE.tried("feed_forward", ff, xf, "gelu"))
     out = t.module("FeedForward", (d, d), kw, params=ff, train=True, dtype="float64",
                      calls=[{"args": [xf], "seed": 3}])["outputs"][0]
     if ((out == 0).double().mean().item() > 0.25):
@@ -492,8 +633,8 @@ def dropout(t: Tester):
         q["self_attn.w_o.bias"] = b6
         ev = run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p, calls=2)["outputs"]
         expect_eval_values(t, ev, expected_layer(q, d6, d6, False, "relu", x6, mem6)[0], f"The output of {cls}("
-                           f"post-LN, dropout=0.5) in eval mode", lambda: CATALOGUE.tried(
-                               "decoder" if cls_decoder else "encoder", q, False, "relu", x6, mem6))
+                           f"post-LN, dropout=0.5) in eval mode", lambda out, want: layer_tried(
+                               t, "decoder" if cls_decoder else "encoder", out, want, q, False, "relu", x6, mem6))
         out = run_layer(t, q, d6, d6, False, "relu", x6, mem6, dropout=p, train=True)["outputs"][0]
         _post_ln_branch_check(t, f"{cls}(post-LN, dropout=0.5), self-attention sub-layer", out, x6, b6, p, norms)
     # The decoder's three sub-layers (pre-LN), each on its own, after its eval-mode values are right.
@@ -502,7 +643,7 @@ def dropout(t: Tester):
     ev = run_layer(t, pd, d, d, True, "relu", x, memory, dropout=p, calls=2)["outputs"]
     expect_eval_values(t, ev, expected_layer(pd, d, d, True, "relu", x, memory)[0],
                        "The output of DecoderLayer(pre-LN, dropout=0.5) in eval mode (dropout must be off)",
-                       lambda: CATALOGUE.tried("decoder", pd, True, "relu", x, memory))
+                       lambda out, want: layer_tried(t, "decoder", out, want, pd, True, "relu", x, memory))
     for branch, bias in (("self-attention", "self_attn.w_o.bias"), ("cross-attention", "cross_attn.w_o.bias"),
                          ("feed-forward", "feed_forward.linear2.bias")):
         q = dict(pd)

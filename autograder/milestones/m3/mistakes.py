@@ -20,3 +20,7 @@ PARAMETER_NAMES, SHARED_SUBMODULE, SUBMODULE_KINDS = CATALOGUE.plain(
 NEVER_USED = {name: CATALOGUE.mistake(f"{name}_never_used", f"`{name}` is never used: its parameters get no "
                                       f"gradient, so the output does not depend on them.")
               for name in ("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3")}
+# A layer's forward declared with other parameters than the stub's (its text, built when found, names both).
+SIGNATURE_CHANGED = CATALOGUE.mistake(
+    "signature_changed", "the layer's forward is not declared with the stub's parameters, in the stub's order: the "
+    "grader passes them by position, so a parameter receives another argument than its name says.")
