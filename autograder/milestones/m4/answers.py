@@ -197,6 +197,73 @@ def _model_causal(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=N
     return model(src, tgt, src_mask, _with_causal(tgt, tgt_mask)).detach()
 
 
+# ---- what forward and decode return: raw logits, and the decoder's output before the generator ----------
+
+def _judge(p, n, norm_first, max_len, activation):
+    return TorchModel(p, n, norm_first, activation, p["generator.weight"].dtype, max_len)
+
+
+LOG_PROBS = ("the logits went through log_softmax (as the Annotated Transformer's Generator does: "
+             "log_softmax(proj(x))), so forward gives log-probabilities where the docstring asks for the generator's "
+             "raw logits [B, Lt, tgt_vocab_size], before any softmax. Keep the generator a plain nn.Linear(d_model, "
+             "tgt_vocab_size) and return its output: the loss (milestone 5) and the decoders (milestone 6) apply the "
+             "softmax they need themselves.")
+LOGITS_LOG_SOFTMAX = CATALOGUE.entry("model", "logits_log_softmax", LOG_PROBS)(
+    lambda p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu":
+    F.log_softmax(_judge(p, n, norm_first, max_len, activation)(src, tgt, src_mask, tgt_mask), dim=-1).detach())
+
+
+@CATALOGUE.entry("model", "logits_softmax", "the logits went through softmax, so forward gives probabilities (each "
+                 "row sums to 1) where the docstring asks for the generator's raw logits [B, Lt, tgt_vocab_size], "
+                 "before any softmax: return the generator's output; the loss (milestone 5) and the decoders "
+                 "(milestone 6) apply the softmax they need themselves.")
+def _model_softmax(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+    return F.softmax(_judge(p, n, norm_first, max_len, activation)(src, tgt, src_mask, tgt_mask), dim=-1).detach()
+
+
+@CATALOGUE.entry("model", "forward_without_generator", "forward returns the decoder's output [B, Lt, d_model] (as the "
+                 "Annotated Transformer's EncoderDecoder.forward does, leaving the generator to the loss): it should "
+                 "return the logits, generator(decode(tgt, memory, src_mask, tgt_mask)), [B, Lt, tgt_vocab_size].")
+def _model_no_generator(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+    judge = _judge(p, n, norm_first, max_len, activation)
+    return judge.decode(tgt, judge.encode(src, src_mask), src_mask, tgt_mask).detach()
+
+
+def _decoded_logits(p, n, norm_first, max_len, tgt, memory, src_mask=None, tgt_mask=None, activation="relu"):
+    """The generator applied to the judge's decode: what a decode that applies the generator itself returns."""
+    judge = _judge(p, n, norm_first, max_len, activation)
+    return judge.gen(judge.decode(tgt, memory, src_mask, tgt_mask)).detach()
+
+
+DECODE_STOPS = ("decode should return the decoder's output [B, Lt, d_model], before the generator (milestone 6 "
+                "applies model.generator to its last position only), and forward apply the generator once, "
+                "generator(decode(...)), and return those raw logits.")
+CATALOGUE.entry(
+    "decode", "decode_applies_generator",
+    "decode applies the generator, so it returns logits [B, Lt, tgt_vocab_size]: " + DECODE_STOPS)(_decoded_logits)
+
+
+@CATALOGUE.entry("model", "decode_applies_generator", "decode already applies the generator, and forward applies it "
+                 "again, to decode's logits [B, Lt, tgt_vocab_size]: " + DECODE_STOPS)
+def _model_generator_twice(p, n, norm_first, max_len, src, tgt, src_mask=None, tgt_mask=None, activation="relu"):
+    judge = _judge(p, n, norm_first, max_len, activation)
+    return judge.gen(judge(src, tgt, src_mask, tgt_mask)).detach()      # raises, as the student's, when V != d_model
+
+
+DECODE_LOG_SOFTMAX = CATALOGUE.entry(
+    "decode", "decode_log_softmax",
+    "decode applies the generator and log_softmax, so it returns log-probabilities [B, Lt, tgt_vocab_size]: "
+    + DECODE_STOPS + " No softmax of any kind belongs in the model.")(
+    lambda *args, **kwargs: F.log_softmax(_decoded_logits(*args, **kwargs), dim=-1))
+# The same mistake seen in forward's logits (forward returns what decode gives): its computation is the judge's
+# log-probabilities, the same as LOGITS_LOG_SOFTMAX's, so the check names it only when decode was seen to return
+# them (checks.forward_mistakes).
+FORWARD_VIA_DECODE_LOG_SOFTMAX = CATALOGUE.mistake(
+    "decode_log_softmax", "forward returns log-probabilities because decode applies the generator and log_softmax "
+    "and forward returns what decode gives: " + DECODE_STOPS + " No softmax of any kind belongs in the model.",
+    reproduce=LOGITS_LOG_SOFTMAX.reproduce)
+
+
 # ---- catalogue entries for the embedding and the positional module ----------------------------------
 
 @CATALOGUE.entry("embedding", "embedding_not_scaled", "the embeddings must be multiplied by sqrt(d_model).")

@@ -4,8 +4,8 @@ from autograder.grading.diagnosis import Catalogue
 CATALOGUE = Catalogue("m4")
 
 # Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
-BATCH_MIXING, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED = CATALOGUE.plain(
-    "batch_mixing", "dropout_in_eval", "dropout_not_passed")
+BATCH_MIXING, DECODE_ARGUMENT_ORDER, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED = CATALOGUE.plain(
+    "batch_mixing", "decode_argument_order", "dropout_in_eval", "dropout_not_passed")
 GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("graph_cut", "input_modified")
 LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED = CATALOGUE.plain(
     "layer_count", "layers_not_modulelist", "looks_ahead", "max_len_not_passed")
@@ -13,10 +13,10 @@ NORMS_REINITIALISED, NOT_XAVIER, PADDING_NOT_IGNORED = CATALOGUE.plain(
     "norms_reinitialised", "not_xavier", "padding_not_ignored")
 PARAMETER_COUNT, PARAMETER_NAMES, SHARED_SUBMODULE = CATALOGUE.plain(
     "parameter_count", "parameter_names", "shared_submodule")
-(PE_DROPOUT, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED, PE_MODULE_DTYPE, PE_NOT_BUFFER,
- PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR, PE_MODIFIED) = CATALOGUE.plain(
-    "pe_dropout", "pe_dtype", "pe_length_error", "pe_length_off_by_one", "pe_max_len_ignored", "pe_module_dtype",
-    "pe_not_buffer", "pe_odd_accepted", "pe_odd_wrong_error", "pe_modified")
+(PE_BUFFER_BATCH_DIM, PE_DROPOUT, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED,
+ PE_MODULE_DTYPE, PE_NOT_BUFFER, PE_ODD_ACCEPTED, PE_ODD_WRONG_ERROR, PE_MODIFIED) = CATALOGUE.plain(
+    "pe_buffer_batch_dim", "pe_dropout", "pe_dtype", "pe_length_error", "pe_length_off_by_one", "pe_max_len_ignored",
+    "pe_module_dtype", "pe_not_buffer", "pe_odd_accepted", "pe_odd_wrong_error", "pe_modified")
 TIE_DIFFERENT_VOCABS, TIED_BY_DEFAULT, TYING_BY_COPY, TYING_PARTIAL = CATALOGUE.plain(
     "tie_different_vocabs", "tied_by_default", "tying_by_copy", "tying_partial")
 PE_BATCH_DIM = CATALOGUE.mistake(
