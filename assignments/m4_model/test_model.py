@@ -287,6 +287,13 @@ def test_forward_shapes_and_api():
     logits = model(src, tgt, src_mask, tgt_mask)
     assert logits.shape == (3, 5, 13), f"forward should give logits [B, Lt, tgt_vocab] = (3, 5, 13), got {tuple(logits.shape)} [{group('model')}]"
     assert logits.dtype == torch.float32, f"a float32 model should give float32 logits, got {logits.dtype} [{group('model')}]"
+    assert torch.allclose(logits, model.generator(out), atol=1e-6), (
+        f"forward should return the raw logits, generator(decode(...)): "
+        + ("these are log-probabilities (their exp sums to 1 over the vocabulary): leave log_softmax to the loss"
+           if torch.allclose(logits.exp().sum(-1), torch.ones(3, 5), atol=1e-4) else
+           "these are probabilities (they sum to 1 over the vocabulary): no softmax in forward"
+           if torch.allclose(logits.sum(-1), torch.ones(3, 5), atol=1e-4) else "they differ from generator(decode(...))")
+        + f" [{group('model')}]")
     assert isinstance(model.generator, nn.Linear) and model.generator.bias is not None, (
         f"generator should be nn.Linear with a bias [{group('model')}]")
 
