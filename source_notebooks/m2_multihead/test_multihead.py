@@ -4,8 +4,9 @@ measured with the reference files; several times that while other jobs share the
 A quick subset of the grader's checks: shapes, head layout, the ValueError (and its message), parity with
 torch.nn.MultiheadAttention given the same weights (padding, causal and combined masks, cross-attention,
 bias=False), the per-head weights kept in attn_weights (detached), dropout (training mode only, at its
-rate), gradients, inputs left unchanged, loops (torch calls counted as a size grows, with every kind of
-mask) and the forbidden functions. A failing test names the hidden check group that checks the same thing
+rate, on the weights only: the output is computed with the stored weights), gradients, inputs left unchanged,
+loops (torch calls counted as a size grows, with every kind of mask; split_heads and merge_heads as the heads
+grow) and the forbidden functions. A failing test names the hidden check group that checks the same thing
 (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 
 (PYTEST_DONT_REWRITE: that marker keeps pytest from expanding each failed expression, so a failure prints
@@ -327,11 +328,39 @@ def test_dropout_rate():
     x = torch.randn(4, 8, 8, dtype=torch.float64)                       # 4 * 2 * 8 * 8 = 512 weights
     torch.manual_seed(1)
     mha(x, x, x)
-    dropped = (_stored(mha, "forward in training mode") == 0).double().mean().item()
+    w = _stored(mha, "forward in training mode")
+    dropped = (w == 0).double().mean().item()
+    if abs(dropped - 0.8) < 0.08 and w.shape == (4, 2, 8, 8):
+        # the mistake's own result: dropout_p = 1 - 0.2, so the weights kept are scaled by 1 / 0.2
+        mha.eval()
+        mha(x, x, x)
+        keep_prob = _close(w, torch.where(w != 0, mha.attn_weights / 0.2, 0))
+    else:
+        keep_prob = False
     assert abs(dropped - 0.2) < 0.08, (
         f"MultiHeadAttention(dropout=0.2) in training mode dropped {dropped:.0%} of the attention weights, not about 20%"
-        + (": `dropout` is the probability of dropping a weight, not of keeping it" if abs(dropped - 0.8) < 0.08 else "")
+        + (f" (and scales the ones it keeps by 5 = 1 / 0.2). {cause('dropout_keep_probability')}" if keep_prob else "")
         + f" [{group('dropout')}]")
+
+
+def test_training_output_is_computed_with_the_stored_weights():
+    d, h, p = 8, 2, 0.5
+    mha = MultiHeadAttention(d, h, dropout=p).double().train()
+    x = torch.randn(2, 6, d, dtype=torch.float64)
+    torch.manual_seed(2)
+    out = mha(x, x, x).detach()
+    w = _stored(mha, "forward in training mode")
+    assert w.shape == (2, h, 6, 6), (
+        f"self.attn_weights has shape {list(w.shape)}, expected [B, H, Lq, Lk] = [2, {h}, 6, 6] [{group('head_weights')}]")
+    with torch.no_grad():                      # w_o(merge_heads(weights @ v)), written out with PyTorch's reshapes
+        v = mha.w_v(x).reshape(2, 6, h, d // h).transpose(1, 2)
+        want = mha.w_o((w @ v).transpose(1, 2).reshape(2, 6, d))
+    # a second dropout on the output: some entries 0, the others scaled by 1 / (1 - p)
+    twice = _close(out, torch.where(out != 0, want / (1 - p), 0)) and not _close(out, want)
+    assert _close(out, want), (
+        f"in training mode (dropout={p}), the output is not w_o(merge_heads(self.attn_weights @ v)) computed with the "
+        f"weights forward stored (after dropout): {_diff(out, want)}. Dropout acts on the attention weights only"
+        + (f". {cause('dropout_on_output_too')}" if twice else "") + f" [{group('dropout')}]")
 
 
 # ---------------------------------------------------------------------- rules: inputs, loops, APIs
@@ -353,6 +382,23 @@ def test_inputs_are_not_modified():
                 f"forward(query [3, 4, 8], key [3, 5, 8], value [3, 5, 8], mask {list(b.shape)}) changed the values "
                 f"of its input `{name}` in place ({(t != b).sum().item()} entries): the caller's tensors must be left "
                 f"as they were [{group('shapes')}]")
+
+
+def test_split_and_merge_have_no_loop_over_heads():
+    counts = {}
+    for h in (2, 4, 8):
+        x, y = torch.randn(2, 3, 2 * h), torch.randn(2, h, 3, 2)
+        with TorchCalls() as split_calls:
+            split_heads(x, h)
+        with TorchCalls() as merge_calls:
+            merge_heads(y)
+        counts[h] = (split_calls.count, merge_calls.count)
+    for i, name in enumerate(("split_heads", "merge_heads")):
+        calls = {f"H={h}": c[i] for h, c in counts.items()}
+        assert len(set(calls.values())) == 1, (
+            f"{name} makes a different number of torch calls as num_heads grows: {calls}. A count that grows with "
+            f"the heads means a Python loop over them (even one that only slices or indexes): use one reshape and "
+            f"one transpose [{group('vectorization')}]")
 
 
 _MASK_KINDS = {   # kind -> mask for (B, Lq, Lk)

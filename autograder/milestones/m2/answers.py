@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from autograder.milestones.reference import mha_variant
+from autograder.milestones.reference import merge_from_heads, mha_variant, project, split_into_heads
 from autograder.milestones.m2.mistakes import CATALOGUE
 
 
@@ -49,6 +49,13 @@ def reference_mha(params, d_model, heads, query, key, value, mask=None, grad_out
             grads.update({"w_q.bias": gb[:d], "w_k.bias": gb[d:2 * d], "w_v.bias": gb[2 * d:],
                           "w_o.bias": mha.out_proj.bias.grad})
     return out.detach(), weights.detach(), grads
+
+
+def output_from_weights(params, heads, value, weights):
+    """What forward returns when it computed with `weights` [B, H, Lq, Lk] (the weights it stored, after its
+    dropout in training mode): w_o(merge_heads(weights @ v)), v = split_heads(w_v(value))."""
+    v = split_into_heads(project(params, "w_v", value), heads)
+    return project(params, "w_o", merge_from_heads(weights.to(v.dtype) @ v))
 
 
 # ---- the catalogue: a small multi-head attention with one mistake switched on ----------------

@@ -20,10 +20,10 @@ from autograder.grading.checks import CheckFailed, Tester, describe, group, shap
 from autograder.milestones.reference import merge_from_heads, split_into_heads
 from autograder.grading import diagnosis
 from autograder.milestones.m2 import stand_ins  # noqa: F401  (registers the stand-ins)
-from autograder.milestones.m2.answers import reference_mha
+from autograder.milestones.m2.answers import output_from_weights, reference_mha
 from autograder.milestones.m2.mistakes import (
     PROJECTIONS, CATALOGUE, NEVER_USED, BIAS_IGNORED, DROPOUT_IN_EVAL, DROPOUT_KEEP_PROBABILITY, DROPOUT_NEVER,
-    DROPOUT_NOT_ON_WEIGHTS, ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK,
+    DROPOUT_NOT_ON_WEIGHTS, DROPOUT_ON_OUTPUT_TOO, ERROR_WITHOUT_NUMBERS, GRAPH_CUT, INPUT_MODIFIED, NO_DIVISIBILITY_CHECK,
     PARAMETER_NAMES, RANDOM_FORWARD, VALID_CONFIG_REJECTED, WEIGHTS_AVERAGED, WEIGHTS_NOT_DETACHED,
     WEIGHTS_NOT_STORED, WRONG_EXCEPTION, WRONG_HEAD_COUNT)
 
@@ -222,12 +222,58 @@ def head_weights(t: Tester):
                WEIGHTS_NOT_DETACHED)
 
 
+def plausibly_dropped(kept: torch.Tensor, p: float) -> bool:
+    """Could dropout with probability `p` have kept exactly `kept`? p = 0 keeps every entry, p = 1 none; otherwise
+    the share dropped must be near p (6 standard deviations for the ~150 weights of these checks, >= 0.2)."""
+    dropped = 1 - kept.double().mean().item()
+    if p in (0.0, 1.0):
+        return dropped == p
+    return abs(dropped - p) <= 0.2
+
+
+def check_training_dropout(t: Tester, reply, p, params, heads, value, want, want_w, what):
+    """Training mode with dropout `p`: `self.attn_weights` are the eval weights with some dropped (a plausible
+    share for p) and the rest scaled by 1/(1 - p); the output is w_o(merge_heads(weights @ v)) computed with
+    those very weights. The judge cannot replay the student's random draws, so the entries the student's dropout
+    kept (its non-zero entries) are taken as given, and the mistakes are computed from them too."""
+    out = t.expect_tensor(reply["outputs"][0], f"The output of {what} in training mode", shape=want.shape)
+    w = reply["attrs"][0]["attn_weights"]
+    if not (isinstance(w, torch.Tensor) and tuple(w.shape) == tuple(want_w.shape)):
+        return                                   # head_weights judges what is stored
+    w = w.to(want_w.dtype)
+    kept = w != 0
+    right = want_w * kept / (1 - p)
+    if not (plausibly_dropped(kept, p) and t.close(w, right)):
+        dropped = 1 - kept.double().mean().item()
+        ratio = (w[kept] / want_w[kept]) if kept.any() else None
+        if ratio is None:
+            scaled = ""
+        elif torch.allclose(ratio, ratio.mean().expand_as(ratio), rtol=1e-6, atol=0):
+            scaled = f" and scales the weights it keeps by {ratio.mean().item():.6g}"
+        else:
+            scaled = " and the weights it keeps are not the eval weights times one factor"
+        rule = (f"dropout=0.0 drops none" if p == 0 else f"dropout with p={p:g} drops each weight with "
+                f"probability {p:g} and scales the others by 1/(1 - p) = {1 / (1 - p):.6g}")
+        message = (f"In training mode, {what} drops {dropped:.0%} of the attention weights in `self.attn_weights`"
+                   f"{scaled}; {rule}")
+        # dropout_p = 1 - p: a plausible share for 1 - p dropped, the rest scaled by 1/p
+        cause = diagnosis.reproducing([(DROPOUT_KEEP_PROBABILITY, DROPOUT_KEEP_PROBABILITY(want_w, kept, p))],
+                                      lambda v: plausibly_dropped(kept, 1 - p) and t.close(w, v))
+        t.fail(f"{message}." + (f" Likely cause: {cause.text}" if cause else ""), cause)
+    # The output is computed with the weights stored: the docstring's "the weights that the output was computed
+    # with (after dropout)". A second dropout, on the output, zeroes some of its entries and scales the others.
+    right_out = output_from_weights(params, heads, value, w)
+    t.expect_close(out, right_out, f"The output of {what} in training mode, against w_o(merge_heads(weights @ v)) "
+                   f"computed with the weights it stored in `self.attn_weights` (dropout acts on the attention "
+                   f"weights only)", [(DROPOUT_ON_OUTPUT_TOO, DROPOUT_ON_OUTPUT_TOO(right_out, out != 0, p))])
+
+
 @group("m2", "dropout", depends=HELPERS)
 def dropout(t: Tester):
     B, H, d_model, L = 2, 2, 8, 6
     q = t.randn(B, L, d_model)
     params = random_params(t, d_model)
-    want, _, _ = reference_mha(params, d_model, H, q, q, q)
+    want, want_w, _ = reference_mha(params, d_model, H, q, q, q)
     what = "MultiHeadAttention(d_model=8, num_heads=2, dropout=0.5)"
     tried = lambda: [(m, val[0]) for m, val in CATALOGUE.tried("mha", params, H, q, q, q)]  # noqa: E731
     plain = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, calls=2)["outputs"]
@@ -256,12 +302,12 @@ def dropout(t: Tester):
                f"`self.attn_weights` has no zeros: apply dropout to the attention weights (dropout_p of "
                f"scaled_dot_product_attention), not to the output, and store the weights it returns.",
                DROPOUT_NOT_ON_WEIGHTS)
+    check_training_dropout(t, tr, 0.5, params, H, q, want, want_w, what)
+    # At p = 0.5, dropping with probability p or 1 - p looks the same: a rate that tells them apart.
+    tr = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.2, train=True)
+    check_training_dropout(t, tr, 0.2, params, H, q, want, want_w, what.replace("0.5", "0.2"))
     tr0 = run_mha(t, d_model, H, q, q, q, params=params, dropout=0.0, train=True)
-    w0 = tr0["attrs"][0]["attn_weights"]
-    if isinstance(w0, torch.Tensor) and (w0 == 0).double().mean().item() > 0.5:
-        t.fail("MultiHeadAttention(dropout=0.0) in training mode drops most attention weights: `dropout` is the "
-               "probability of dropping a weight; it seems to be passed as a keep probability (1 - dropout).",
-               DROPOUT_KEEP_PROBABILITY)
+    check_training_dropout(t, tr0, 0.0, params, H, q, want, want_w, what.replace("0.5", "0.0"))
     t.expect_close(tr0["outputs"][0], want, "The output of MultiHeadAttention(dropout=0.0) in training mode", tried)
 
 
@@ -294,6 +340,16 @@ def gradients(t: Tester):
                                 "(w_q on query, w_k on key, w_v on value).", GRAPH_CUT)
 
 
+def every_op(record: dict) -> int:
+    """All operations a measured call ran, views, slices and indexing included (`op_count` leaves those out): a
+    loop over the heads may do nothing but slice, and then only they grow with num_heads."""
+    return sum(record["counts"].values())
+
+
+HEADS_ADVICE = ("Split the heads with one reshape and transpose and merge them with one transpose and reshape: no "
+                "Python loop over the heads, not even one that only slices or indexes.")
+
+
 @group("m2", "vectorization", depends=HELPERS, style=True, observes=True)
 def vectorization(t: Tester):
     # Every mask form the docstring allows: a loop may hide behind one of them only (e.g. per item for 3-D masks).
@@ -308,15 +364,36 @@ def vectorization(t: Tester):
         params = random_params(t, d_model)
         reply = run_mha(t, d_model, H, q, q, q, mask, params=params, record=True)
         t.works(reply["outputs"][0], reference_mha(params, d_model, H, q, q, q, mask)[0], f"`{MHA}`")
-        return reply["record"]["op_count"]
+        return reply["record"]
 
     b, h, n = t.grown(2, 9, 25), t.grown(2, 5, 13), t.grown(3, 9, 25)       # beyond any small padded count
+    grew = f"the number of heads grew from 2 to {h}"
+    # The student's own helpers (when split_merge failed, forward runs with the course's stand-ins: nothing to judge).
+    if "split_heads" not in t.patches and "merge_heads" not in t.patches:
+        x, y = t.randn(2, 3, 8), t.randn(2, 3, 2 * h)
+        counts = {}
+        for label, arg, heads in (("base", x, 2), (grew, y, h)):
+            reply = t.call("split_heads", arg, heads, record=True)
+            t.works(reply["value"], split_into_heads(arg, heads), "`split_heads`")
+            counts[label] = every_op(reply["record"])
+        t.expect_constant_ops(counts, "base size (x [2, 3, 8], num_heads=2)", "split_heads", HEADS_ADVICE)
+        counts = {}
+        for label, arg in (("base", t.randn(2, 2, 3, 4)), (grew, t.randn(2, h, 3, 2))):
+            reply = t.call("merge_heads", arg, record=True)
+            t.works(reply["value"], merge_from_heads(arg), "`merge_heads`")
+            counts[label] = every_op(reply["record"])
+        t.expect_constant_ops(counts, "base size (x [2, 2, 3, 4])", "merge_heads", HEADS_ADVICE)
     for form in masks:
-        t.expect_constant_ops({"base": count(form, 2, 2, 3), f"the batch grew from 2 to {b}": count(form, b, 2, 3),
-                               f"the number of heads grew from 2 to {h}": count(form, 2, h, 3, d_model=2 * h),
-                               f"the sequence length grew from 3 to {n}": count(form, 2, 2, n)},
-                              "base size", f"MultiHeadAttention.forward (with {form})", "Split the heads into a "
-                              "[B, H, L, d_k] tensor and call attention once for all of them.", limit=70)
+        base, batch = count(form, 2, 2, 3), count(form, b, 2, 3)
+        heads, length = count(form, 2, h, 3, d_model=2 * h), count(form, 2, 2, n)
+        func = f"MultiHeadAttention.forward (with {form})"
+        t.expect_constant_ops({"base": base["op_count"], f"the batch grew from 2 to {b}": batch["op_count"],
+                               grew: heads["op_count"], f"the sequence length grew from 3 to {n}": length["op_count"]},
+                              "base size", func, "Split the heads into a [B, H, L, d_k] tensor and call attention "
+                              "once for all of them.", limit=70)
+        # As the heads grow, views and slices count too: a loop over the heads in forward may only slice.
+        t.expect_constant_ops({"base": every_op(base), grew: every_op(heads)}, "base size (counting views and "
+                              "slices too)", func, HEADS_ADVICE)
 
 
 @group("m2", "from_scratch", depends=HELPERS, style=True, observes=True)
