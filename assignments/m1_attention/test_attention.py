@@ -3,8 +3,8 @@ measured with the reference files; several times that while other jobs share the
 
 A quick subset of the grader's checks: softmax against torch.softmax (any dim, -inf slices, large logits,
 rows far apart), the two mask helpers (any pad_id, the device argument), attention against
-torch.nn.functional.scaled_dot_product_attention (shapes, masks of every shape, fully masked rows, float32,
-gradients), dropout (rate and rescaling), inputs left unchanged, loops (torch calls counted at two sizes,
+torch.nn.functional.scaled_dot_product_attention (shapes, masks of every shape, fully masked rows, blocked keys
+with the largest scores, float32, gradients), dropout (rate, rescaling, a draw for each weight), inputs left unchanged, loops (torch calls counted at two sizes,
 with every kind of mask) and the forbidden functions. A failing test names the hidden check group that
 checks the same thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further.
 
@@ -224,6 +224,8 @@ def test_softmax_has_no_loop_and_no_forbidden_functions():
 @pytest.mark.parametrize("pad_id", [0, 3])
 def test_padding_mask(pad_id):
     tokens = torch.tensor([[5, 1, pad_id, pad_id], [pad_id, 7, 2, pad_id]])          # real ids above and below pad_id
+    if pad_id != 0:
+        tokens[0, 1] = 0                                                           # with another pad_id, 0 is real
     got = padding_mask(tokens, pad_id=pad_id)
     assert got.dtype == torch.bool, f"padding_mask should return a bool tensor, got {got.dtype} [{group('mask_helpers')}]"
     assert got.shape == (2, 1, 4), (
@@ -231,7 +233,9 @@ def test_padding_mask(pad_id):
     want = [[[True, True, False, False]], [[False, True, True, False]]]
     if got.tolist() != want:
         known = {"(tokens > pad_id): ids below pad_id are real tokens too": (tokens > pad_id)[:, None].tolist(),
-                 "(tokens == pad_id): the mask is inverted (True = a real token)": (tokens == pad_id)[:, None].tolist()}
+                 "(tokens == pad_id): the mask is inverted (True = a real token)": (tokens == pad_id)[:, None].tolist(),
+                 f"(tokens != pad_id) & (tokens != 0). {cause('padding_mask_blocks_zero')}":
+                     ((tokens != pad_id) & (tokens != 0))[:, None].tolist()}
         hint = next((f": yours is {name}" for name, mask in known.items() if mask == got.tolist()), "")
         pytest.fail(f"padding_mask(tokens, pad_id={pad_id}) for tokens {tokens.tolist()} should be {want} (True exactly "
                     f"where tokens != pad_id), got {got.tolist()}{hint} [{group('mask_helpers')}]")
@@ -357,6 +361,26 @@ def test_fully_masked_rows_give_zeros():
     assert _close(w, want_w) and _close(out, want_out), (
         f"with a combined causal and padding mask [3, 1, 4, 4] the result differs from PyTorch's: "
         f"{_attention_diff(q, k, v, mask, out, w)} [{group('masking')}]")
+
+
+def test_blocked_keys_with_the_largest_scores():
+    """Blocking comes before the softmax: a blocked key whose score is far above the allowed ones changes nothing."""
+    q, k, v = _qkv(2, lq=4, lk=5)
+    mask = torch.tensor([[True, True, True, False, False], [True, True, True, True, False]])[:, None, :]   # [2, 1, 5]
+    q[:, :, 0] = torch.tensor([40.0, 0.0, 40.0, 0.0])              # queries 0 and 2: ...
+    k[:, :, 0] = torch.where(mask[:, 0], 0.0, 50.0)                 # ... blocked keys score 1000 above the others
+    out, w = scaled_dot_product_attention(q, k, v, mask)
+    want_out, want_w = _expected(q, k, v, mask)
+    if not (_close(w, want_w) and _close(out, want_out)):
+        # a softmax over every key, then the mask, then renormalised: exp(-1000) underflows to 0, so those rows are 0
+        after = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1) * mask
+        total = after.sum(-1, keepdim=True)
+        after = after / torch.where(total > 0, total, torch.ones_like(total))
+        pytest.fail("with a padding mask [2, 1, 5] whose blocked keys score about 1000 above the allowed ones for "
+                    "queries 0 and 2, the result differs from PyTorch's: "
+                    + (f"the weights of {int(((w == 0).all(-1)).sum())} of those rows are all 0. "
+                       f"{cause('mask_after_softmax_renormalised')}" if _close(w, after) else
+                       _attention_diff(q, k, v, mask, out, w)) + f" [{group('masking')}]")
 
 
 def test_stable_for_large_scores():
@@ -505,6 +529,24 @@ def test_dropout_drops_and_rescales(p):
         pytest.fail(f"with dropout_p={p} the kept weights should be divided by (1 - dropout_p). {hint} [{group('dropout')}]")
     assert torch.allclose(out, w @ v), (
         f"the output must be computed from the weights after dropout: weights @ v [{group('dropout')}]")
+
+
+def test_dropout_draws_each_weight():
+    """Each weight is dropped on its own draw: batch items and heads do not share one drop pattern."""
+    q, k, v = _qkv(4, 4, lq=8, lk=8)
+    _, plain = scaled_dot_product_attention(q, k, v)
+    torch.manual_seed(2)
+    _, w = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    dropped = w == 0
+    same = [name for d, name in ((0, "all 4 batch items"), (1, "all 4 heads")) if (dropped == dropped[:1] if d == 0
+                                                                                  else dropped == dropped[:, :1]).all()]
+    if same:
+        shared = len(same) == 2 and torch.allclose(w, plain * ~dropped[:1, :1] / 0.5)
+        pytest.fail(f"with dropout_p=0.5 on weights [4, 4, 8, 8], {' and '.join(same)} drop exactly the same positions "
+                    f"(with a draw for each weight, the chance is below 1e-200). "
+                    + (cause("dropout_mask_shared") if shared else "Drop each weight independently: a mask of the "
+                       "weights' full shape (torch.rand_like(weights) >= dropout_p), or F.dropout(weights, p=dropout_p)")
+                    + f" [{group('dropout')}]")
 
 
 def test_no_dropout_when_p_is_zero():

@@ -29,11 +29,14 @@ GROUPS = {
 
 CAUSES = {
     'divide_by_dk': 'the scores are divided by d_k instead of sqrt(d_k).',
+    'dropout_mask_shared': "the dropout mask is drawn once with shape [Lq, Lk] and broadcast, so every batch item and every head drops the same weights: drop each weight independently, with a mask of the weights' full shape (torch.rand_like(weights) >= dropout_p), or call torch.nn.functional.dropout(weights, p=dropout_p).",
     'dropout_no_rescale': 'the weights that survive dropout must be divided by (1 - dropout_p), so the expected output is unchanged (F.dropout does this).',
     'dropout_rescale_by_p': 'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping them, not by dropout_p.',
     'fill_large_negative': 'masked scores are filled with a large negative number instead of -inf, so a query row whose keys are all masked averages v instead of giving zeros; fill with -inf and let your softmax return zeros for an all -inf row.',
+    'mask_after_softmax_renormalised': "the mask is applied after a softmax over all the keys, and the rows are renormalised (softmax(scores) * mask, divided by the row sums): where a blocked key's score is far above the allowed ones, the allowed keys' weights underflow to 0 in that softmax, so the row comes out all zeros instead of a softmax over the allowed keys. Set the blocked scores to -inf before the softmax (scores.masked_fill(~mask, float('-inf'))).",
     'mask_unsqueezed': 'a 3-D mask gets an extra dimension inside attention; masks only have to broadcast to the scores, so leave the mask as it is given (a per-head mask [H, Lq, Lk] then no longer lines up).',
     'no_sqrt': 'the scores are not divided by sqrt(d_k): divide q @ k^T by math.sqrt(d_k).',
+    'padding_mask_blocks_zero': 'the mask blocks the id 0 as well as pad_id ((tokens != pad_id) & (tokens != 0)): only pad_id is padding, and when pad_id is another id, 0 is a real token. Use tokens != pad_id alone.',
     'softmax_global_max': "one max of the whole tensor is subtracted; subtract each slice's own max along `dim` (x.amax(dim=dim, keepdim=True)), or slices far below the global max underflow to 0.",
     'softmax_global_sum': 'each entry is divided by the sum over the whole tensor; divide by the sum along `dim` only (keepdim=True).',
     'softmax_ignores_dim': 'the softmax is taken over the last dimension whatever `dim` says: reduce over `dim` (amax and sum with dim=dim, keepdim=True).',
@@ -47,14 +50,14 @@ TESTS_OF_GROUP = {
     'softmax': ['test_softmax_matches_torch', 'test_softmax_of_rows_with_minus_inf'],
     'mask_helpers': ['test_padding_mask', 'test_causal_mask', 'test_causal_mask_on_the_device_asked'],
     'shapes': ['test_attention_shapes'],
-    'masking': ['test_masks_match_pytorch', 'test_fully_masked_rows_give_zeros'],
+    'masking': ['test_masks_match_pytorch', 'test_fully_masked_rows_give_zeros', 'test_blocked_keys_with_the_largest_scores'],
     'parity': ['test_attention_matches_pytorch', 'test_float32_inputs_stay_float32'],
     'stability': ['test_softmax_is_stable_for_large_logits', 'test_softmax_of_rows_far_apart', 'test_stable_for_large_scores'],
     'gradients': ['test_gradients_match_pytorch', 'test_gradients_finite_for_a_fully_masked_row'],
     'vectorization': ['test_softmax_has_no_loop_and_no_forbidden_functions', 'test_attention_has_no_loop_and_no_forbidden_functions'],
     'from_scratch': ['test_softmax_has_no_loop_and_no_forbidden_functions', 'test_attention_has_no_loop_and_no_forbidden_functions'],
     'dtype_inplace': ['test_softmax_keeps_dtype_and_input', 'test_float32_inputs_stay_float32', 'test_inputs_are_not_modified'],
-    'dropout': ['test_dropout_drops_and_rescales', 'test_no_dropout_when_p_is_zero'],
+    'dropout': ['test_dropout_drops_and_rescales', 'test_dropout_draws_each_weight', 'test_no_dropout_when_p_is_zero'],
 }
 
 FORBIDDEN = [

@@ -100,6 +100,21 @@ def _mask_after_softmax(q, k, v, mask=None, **_):
     return _pair(torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1).masked_fill(~mask, 0.0), v)
 
 
+# Equal to the right answer up to rounding, except where a blocked key's score is far above the allowed ones (the
+# masking group has such an input): there the allowed keys' weights underflow to 0 before the mask is applied.
+@CATALOGUE.entry("attention", "mask_after_softmax_renormalised", "the mask is applied after a softmax over all the "
+                 "keys, and the rows are renormalised (softmax(scores) * mask, divided by the row sums): where a "
+                 "blocked key's score is far above the allowed ones, the allowed keys' weights underflow to 0 in "
+                 "that softmax, so the row comes out all zeros instead of a softmax over the allowed keys. Set the "
+                 "blocked scores to -inf before the softmax (scores.masked_fill(~mask, float('-inf'))).")
+def _mask_after_softmax_renormalised(q, k, v, mask=None, **_):
+    if mask is None:
+        return None
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1) * mask
+    total = w.sum(-1, keepdim=True)
+    return _pair(w / torch.where(total > 0, total, torch.ones_like(total)), v)
+
+
 @CATALOGUE.entry("attention", "k_not_transposed", "the scores are q @ k without transposing k; use "
                  "q @ k.transpose(-2, -1) so each query meets each key.")
 def _k_not_transposed(q, k, v, mask=None, **_):

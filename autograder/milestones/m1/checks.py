@@ -23,7 +23,7 @@ from autograder.milestones.m1.mistakes import (
     DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW, NAN_GRADIENT_BLOCKED_ROW,
     OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_IGNORES_PAD_ID, PADDING_MASK_INVERTED,
     PADDING_MASK_NO_QUERY_DIM,
-    PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN)
+    PADDING_MASK_ON_QUERIES, SOFTMAX_NAN_BLOCKED_ROW, SWAPPED_RETURN, PADDING_MASK_BLOCKS_ZERO, DROPOUT_MASK_SHARED)
 
 SDPA = "scaled_dot_product_attention"
 ATTENTION_GROUPS = ("softmax",)          # what every attention group depends on
@@ -147,6 +147,8 @@ def mask_helpers(t: Tester):
         tokens[0, :2] = torch.tensor([1, 7])
         tokens[0, 4:] = pad_id
         tokens[1, 1:] = pad_id
+        if pad_id != 0:
+            tokens[2, 0] = 0                             # with another pad_id, 0 is a real token
         got = t.call("padding_mask", tokens, pad_id)["value"]
         what = f"`padding_mask(tokens, pad_id={pad_id})` for tokens of shape [3, 6]"
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 6):
@@ -167,6 +169,11 @@ def mask_helpers(t: Tester):
         if pad_id != 0 and any(torch.equal(got, wrong.unsqueeze(1)) for wrong in (tokens != 0, tokens > 0)):
             t.fail(f"{what} gives the wrong values: expected True exactly where tokens != {pad_id}. Likely cause: "
                    f"{PADDING_MASK_IGNORES_PAD_ID.text}", PADDING_MASK_IGNORES_PAD_ID)
+        if pad_id != 0 and torch.equal(got, PADDING_MASK_BLOCKS_ZERO(tokens, pad_id)):
+            zeros = ", ".join(map(str, torch.nonzero(tokens == 0).tolist()))
+            t.fail(f"{what} gives False for the real token 0 (at {zeros} of the tokens): expected "
+                   f"True exactly where tokens != {pad_id}. Likely cause: {PADDING_MASK_BLOCKS_ZERO.text}",
+                   PADDING_MASK_BLOCKS_ZERO)
         for wrong in ((tokens > pad_id), (tokens >= pad_id), (tokens < pad_id)):
             if torch.equal(got, wrong.unsqueeze(1)) and not torch.equal(got, want):
                 t.fail(f"{what} compares the ids with <, > or >=: a token id below (or above) pad_id is a real "
@@ -237,14 +244,36 @@ def masking(t: Tester):
     per_head = t.rand_bool(H, Lq, Lk)
     per_head[..., 0] = True
     cases.append((q5, k5, v5, per_head, "a per-head mask [2, 5, 7] (it broadcasts over the batch)"))
+    # Padding whose blocked keys score about 1000 above the real ones for queries 0, 2 and 4 (only the first feature
+    # of q and k differs from a plain case): blocking must come before the softmax, whose allowed weights would
+    # underflow to 0 (exp(-1000)) if it ran over every key first.
+    qd, kd, vd = attention_inputs(t, (B,), Lq, Lk, d_k, d_v)
+    qd[:, :, 0] = torch.tensor([40.0, 0.0] * Lq, dtype=qd.dtype)[:Lq]
+    kd[:, :, 0] = torch.where(pad, 0.0, 50.0)
+    cases.append((qd, kd, vd, pad.unsqueeze(1), "a padding mask [3, 1, 7] whose blocked keys score about 1000 "
+                  "above the real keys for queries 0, 2 and 4"))
     for q_, k_, v_, mask, label in cases:
         got = run_attention(t, q_, k_, v_, mask)
         out, w, what = got
         if isinstance(w, torch.Tensor) and torch.isnan(w).any():
-            t.fail(f"The weights from {what} and {label} contain NaN. A query row whose keys are all masked "
-                   f"must get all-zero weights (and a zero output), as in F.scaled_dot_product_attention.",
-                   NAN_BLOCKED_ROW)
+            check_nan_rows(t, w, mask, f"The weights from {what} and {label}")
         check_attention(t, q_, k_, v_, mask, label, got=got)
+
+
+def check_nan_rows(t: Tester, w, mask, what):
+    """Fail on NaN weights, saying whether they are in query rows whose keys are all masked."""
+    nan_rows = torch.isnan(w).any(-1)
+    try:
+        open_rows = torch.broadcast_to(mask, w.shape).any(-1)
+    except RuntimeError:            # weights of another shape: the comparison with PyTorch's says so
+        open_rows = None
+    if open_rows is None or (nan_rows & ~open_rows).any():
+        t.fail(f"{what} contain NaN. A query row whose keys are all masked must get all-zero weights (and a zero "
+               f"output), as in F.scaled_dot_product_attention.", NAN_BLOCKED_ROW)
+    rows = torch.nonzero(nan_rows)
+    t.fail(f"{what} contain NaN in {len(rows)} query row(s) that have allowed keys (the first is row "
+           f"{rows[0].tolist()} of the weights): such a row must get a softmax over its allowed keys, finite "
+           f"weights that sum to 1.")
 
 
 @group("m1", "parity", depends=ATTENTION_GROUPS)
@@ -475,3 +504,39 @@ def check_dropout(t: Tester, p, dtype):
         (DROPOUT_NO_RESCALE, exp_w[kept]),
         (DROPOUT_RESCALE_BY_P, exp_w[kept] / p)] + [
         (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])
+    check_independent_drops(t, w, exp_w, p, what)
+
+
+def check_independent_drops(t: Tester, w, exp_w, p, what):
+    """Each weight is dropped on its own draw: the batch items (dim 0) and the heads (dim 1) of the [B, H, Lq, Lk]
+    weights may not all repeat one drop pattern. With independent draws, a pattern that never changes along a dim
+    has a chance below 1e-40 at check_dropout's sizes (stated in the message)."""
+    dropped = w == 0
+    lead = dropped.shape[:-2]
+    shared = [d for d in range(len(lead)) if lead[d] > 1 and bool((dropped == dropped.narrow(d, 0, 1)).all())]
+    if not shared:
+        return
+    n = 1
+    for d in shared:
+        n *= lead[d]
+    # Every group of n entries that must agree does: p^n + (1 - p)^n each, numel / n groups.
+    chance = (p ** n + (1 - p) ** n) ** (dropped.numel() // n)
+    names = ("batch items", "heads")
+    alike = {(0, 1): f"all {lead[0]} batch items and all {lead[1]} heads drop exactly the same positions",
+             (0,): f"all {lead[0]} batch items drop exactly the same positions (for each head)",
+             (1,): f"all {lead[1]} heads drop exactly the same positions (within each batch item)"}[tuple(shared)]
+    fact = (f"In the weights from {what}, {alike}; with an independent draw for each weight, that has a chance of "
+            f"about {chance:.0e}.")
+    keep = ~dropped
+    for d in shared:
+        keep = keep.narrow(d, 0, 1)
+    if not t.close(w.to(exp_w.dtype), DROPOUT_MASK_SHARED(exp_w, keep, p)):
+        t.fail(f"{fact} Drop each weight independently: a mask of the weights' full shape (torch.rand_like(weights) "
+               f">= dropout_p), or torch.nn.functional.dropout(weights, p=dropout_p).")
+    mistake = DROPOUT_MASK_SHARED
+    if len(shared) < len(lead):
+        mistake = mistake.saying(
+            f"the dropout mask has size 1 along the {names[shared[0]]} and is broadcast, so the {names[shared[0]]} "
+            f"drop the same weights: drop each weight independently, with a mask of the weights' full shape "
+            f"(torch.rand_like(weights) >= dropout_p), or call torch.nn.functional.dropout(weights, p=dropout_p).")
+    t.fail(f"{fact} Likely cause: {mistake.text}", mistake)

@@ -23,6 +23,12 @@ PADDING_MASK_IGNORES_PAD_ID = CATALOGUE.mistake(
     "padding_mask_ignores_pad_id",
     'the mask compares the ids with 0 (tokens != 0 or tokens > 0), not with the pad_id argument: use '
     'tokens != pad_id.')
+# Its computation: the mask a student who made it returns, for the same tokens and pad_id.
+PADDING_MASK_BLOCKS_ZERO = CATALOGUE.mistake(
+    "padding_mask_blocks_zero",
+    "the mask blocks the id 0 as well as pad_id ((tokens != pad_id) & (tokens != 0)): only pad_id is padding, "
+    "and when pad_id is another id, 0 is a real token. Use tokens != pad_id alone.",
+    reproduce=lambda tokens, pad_id: ((tokens != pad_id) & (tokens != 0)).unsqueeze(1))
 SWAPPED_RETURN = CATALOGUE.mistake(
     "swapped_return",
     'it returns (weights, output); return them in the order (output, weights).')
@@ -38,3 +44,12 @@ DROPOUT_RESCALE_BY_P = CATALOGUE.mistake(
     "dropout_rescale_by_p",
     'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping '
     'them, not by dropout_p.')
+# Its computation: the right weights times one keep pattern (read from the answer) that broadcasts over the leading
+# dims where the student's pattern never changes, rescaled by 1 / (1 - p); the check names it only when that gives
+# the student's weights. The check says which dims share it when not all of them do (saying()).
+DROPOUT_MASK_SHARED = CATALOGUE.mistake(
+    "dropout_mask_shared",
+    "the dropout mask is drawn once with shape [Lq, Lk] and broadcast, so every batch item and every head drops the "
+    "same weights: drop each weight independently, with a mask of the weights' full shape "
+    "(torch.rand_like(weights) >= dropout_p), or call torch.nn.functional.dropout(weights, p=dropout_p).",
+    reproduce=lambda right, keep, p: right * keep / (1 - p))
