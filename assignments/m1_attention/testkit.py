@@ -17,14 +17,14 @@ GROUPS = {
     'softmax': (2, 'softmax values along any dim; a row that is all -inf gives zeros'),
     'mask_helpers': (2, 'padding_mask and causal_mask: values, shapes, bool dtype, the device argument'),
     'shapes': (1, 'attention with any number of leading dims, Lq != Lk, d_k != d_v'),
-    'masking': (3, 'padding, causal, combined, per-head masks; masked weights exactly 0; fully masked rows give zeros'),
+    'masking': (3, 'padding, causal, combined, per-head masks; masked weights exactly 0, also when blocked keys have the largest scores; fully masked rows give zeros'),
     'parity': (3, 'same output and weights as torch.nn.functional.scaled_dot_product_attention, float64 and float32'),
     'stability': (2, 'no inf or NaN for logits around 1e4 (softmax and attention)'),
-    'gradients': (2, "gradients reach q, k and v and match PyTorch's"),
+    'gradients': (2, "gradients reach q, k and v and match PyTorch's, also (finite) when a query row is fully masked"),
     'vectorization': (2, 'no Python loops in softmax or attention'),
     'from_scratch': (1, 'none of the forbidden functions below'),
     'dtype_inplace': (1, 'float32 stays float32; inputs are not modified'),
-    'dropout': (1, 'dropout_p drops weights at that rate, rescales the kept ones by 1/(1 - p), and the output uses the dropped weights'),
+    'dropout': (1, 'dropout_p drops each weight independently at that rate, rescales the kept ones by 1/(1 - p), and the output uses the dropped weights'),
 }
 
 CAUSES = {

@@ -23,7 +23,7 @@ GROUPS = {
     'size_tying': (2, "the paper's size: Transformer(37000, 37000, tie_embeddings=True) has 63,119,496 parameters; tying shares one Parameter (three tables untied); ValueError for different vocabularies"),
     'init': (1, 'every parameter with more than one dimension Xavier-uniform; biases and norms at their defaults'),
     'behaviour': (1, 'causal decoding, padded source tokens change nothing, batch items independent, eval mode deterministic'),
-    'vectorization': (1, 'no Python loops over batch or positions (a loop over layers is expected)'),
+    'vectorization': (1, 'no Python loops over batch or positions, in forward and in the positional table (a loop over layers is expected)'),
     'from_scratch': (1, 'none of the forbidden modules below'),
 }
 

@@ -18,7 +18,7 @@ GROUPS = {
     'split_merge': (2, 'split_heads and merge_heads: head h holds features h*d_k:(h+1)*d_k; merge inverts split'),
     'parity': (4, 'same output as torch.nn.MultiheadAttention with the same weights: masks, cross-attention, no bias, float32'),
     'head_weights': (2, 'self.attn_weights: per-head weights [B, H, Lq, Lk], detached'),
-    'dropout': (2, 'dropout on the attention weights, in training mode only'),
+    'dropout': (2, 'dropout on the attention weights only, at the rate given (0.5 and 0.2), in training mode only; the output is computed with the stored (dropped) weights'),
     'gradients': (2, "gradients of all four projections and of query, key and value match PyTorch's"),
     'vectorization': (2, 'no Python loops over batch, heads or positions'),
     'from_scratch': (2, 'none of the forbidden functions below'),
