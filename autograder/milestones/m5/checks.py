@@ -24,7 +24,7 @@ from autograder.milestones.m5 import stand_ins as _stand_ins  # noqa: F401  (reg
 from autograder.milestones.m5.answers import (
     BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam)
 from autograder.milestones.m5.mistakes import (
-    CATALOGUE, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
+    CATALOGUE, ALL_PAD_LOSS_ZERO, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
     EVALUATE_MODE_NOT_RESTORED, EVALUATE_NO_TOKENS, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
     GRAPH_CUT, INPUT_MODIFIED, LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
     NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
@@ -255,6 +255,15 @@ def loss(t: Tester):
             t.fail(f"{what} returns a {dtype_str(got.dtype)} tensor for {dtype_str(logits.dtype)} logits; the loss is in "
                    f"the dtype of logits (create any new tensor with dtype=logits.dtype).",
                    diagnosis.DTYPE_LOWERED if logits.dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
+    # Every target pad_id: nothing to average, and like F.cross_entropy the loss is NaN (the docstring).
+    logits = t.randn(2, 3, V)
+    target = torch.full((2, 3), PAD, dtype=torch.long)
+    what = f"`label_smoothed_cross_entropy(logits [2, 3, {V}], target, smoothing=0.1, pad_id={PAD})` with every target pad_id"
+    got = t.expect_tensor(t.call("label_smoothed_cross_entropy", logits, target, smoothing=0.1, pad_id=PAD)["value"], what)
+    if got.numel() == 1 and not math.isnan(got.item()):
+        t.fail(f"{what} is {got.item():.6g}; it should be NaN, as F.cross_entropy gives when every target is ignored "
+               f"(the docstring)." + (f" Likely cause: {ALL_PAD_LOSS_ZERO.text}" if got.item() == 0 else ""),
+               ALL_PAD_LOSS_ZERO if got.item() == 0 else None)
 
 
 def _inputs_unchanged(t: Tester, after, before, pad_id, what):

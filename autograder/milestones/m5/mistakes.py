@@ -93,3 +93,8 @@ STEP_MISTAKES = {
                                         "label_smoothed_cross_entropy.", {"loss_smoothing": 0.0}),
 }
 STEP_DEVIATIONS = [(CATALOGUE.mistake(k, text), dev) for k, (text, dev) in STEP_MISTAKES.items()]
+ALL_PAD_LOSS_ZERO = CATALOGUE.mistake(
+    "all_pad_loss_zero",
+    "the 0 / 0 of a batch with no non-pad target is turned into 0 (a count clamped to at least 1, or a special "
+    "case): divide the summed cost by the number of non-pad positions as it is, so that, like F.cross_entropy, the "
+    "loss is NaN then.")
