@@ -14,8 +14,9 @@ Common rules for every function here:
   dropout) under torch.no_grad() (or torch.inference_mode()); the mode the model was in (train or
   eval) is put back before returning.
 - src [B, Ls] int64, src_mask bool [B, 1, Ls] (True = real token). Work on the whole batch at
-  once: a Python loop over time steps is expected, a loop over the B batch items is not (the
-  grader counts tensor operations for two batch sizes).
+  once: a Python loop over time steps is expected, a loop over the B batch items is not, nor one
+  over the rows inside a step such as sample_decode's filters (the grader counts tensor operations
+  for two batch sizes, sample_decode's with top_k and top_p set too).
 - Every step's logits come from model.generator, called once per step (the grader watches the
   steps there: no extra steps once every sequence has ended). Either all B rows (B * beam_size in
   beam_search) or only the unfinished ones may go through it: both are accepted, as long as the
