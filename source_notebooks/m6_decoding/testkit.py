@@ -19,7 +19,7 @@ GROUPS = {
     'beam': (5, "beam_search's tokens and scores against the judge's own search: one start hypothesis, finished hypotheses kept at no cost, the GNMT length penalty for the final choice only; beam_size=1 gives greedy's tokens; a beam wider than every hypothesis gives the exhaustive search's winner, unfinished hypotheses included; batch items independent; pad_id other than 0; scores in the model's dtype (float32 too)"),
     'kv_cache': (4, "greedy_decode_cached gives greedy's tokens and the same logits at model.generator on post-LN and pre-LN models, float32 and float64, pad_id other than 0; the matrix-multiply FLOPs of each step stay those of the newest position (no growth with the prefix, no projection of memory after the first step)"),
     'modes': (1, 'every function that gives the right tokens (or tokens a known mistake explains) switches the model to eval mode, runs without gradients and puts back the mode it found'),
-    'batched': (2, 'no Python loop over the batch items: the tensor operations counted for B = 2 and B = 5 are the same (a loop over time steps is expected)'),
+    'batched': (2, 'no Python loop over the batch items: the tensor operations counted for a batch of 2 and a batch of 9 to 16 are the same, also with top_k and top_p set (a loop over time steps is expected)'),
 }
 
 CAUSES = {
