@@ -202,7 +202,8 @@ def matches(actual: torch.Tensor, variant, expected: torch.Tensor, atol: float, 
         return False          # the mistake gives the right answer here: it explains nothing
     if not loose:
         return torch.allclose(a, v, atol=atol, rtol=rtol, equal_nan=True)
-    if torch.allclose(v, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5), equal_nan=True):
+    if tuple(e.shape) == tuple(v.shape) and torch.allclose(v, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5),
+                                                           equal_nan=True):
         # The mistake's own effect is below the loose tolerance (e.g. float32 rounding): at that tolerance any small
         # deviation would "match" it. It reproduces the answer only if the answer is no further off than it is.
         effect = (v - e).abs().nan_to_num(nan=float("inf")).max()

@@ -58,7 +58,9 @@ VIEW_OPS = frozenset({
     "flatten", "view_as", "expand_as", "slice", "select", "split", "chunk", "unbind", "lift_fresh",
     "_to_copy", "copy_", "empty_like", "movedim", "narrow", "diagonal", "split_with_sizes",
 })
-_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+# Matrix products whose FLOPs are counted. Under torch.inference_mode() PyTorch does not decompose linear, matmul
+# and einsum into mm / bmm before the observer sees them, so those are counted as they come.
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "einsum"})
 # ATen ops whose inputs were made from Python data just before (torch.tensor([...])).
 _FROM_DATA_OPS = frozenset({"lift_fresh", "lift_fresh_copy"})
 # Tensor methods that hand a tensor's data to Python or numpy (work on it is invisible to the op counter).
@@ -197,6 +199,34 @@ def _mm_flops(name, args, s):
         if name == "baddbmm":
             (b, m, k), n = size(args[1]), size(args[2])[2]
             return 2 * b * m * k * n
+        if name == "linear":                      # input [..., in], weight [out, in]
+            rows = 1
+            for d in tuple(size(args[0]))[:-1]:
+                rows *= d
+            out_features, in_features = size(args[1])
+            return 2 * rows * in_features * out_features
+        if name == "matmul":                      # [..., m, k] @ [..., k, n], 1-D operands as a row / a column
+            a, b = tuple(size(args[0])), tuple(size(args[1]))
+            a, b = (a if len(a) > 1 else (1,) + a), (b if len(b) > 1 else b + (1,))
+            lead_a, lead_b = a[:-2], b[:-2]
+            width = max(len(lead_a), len(lead_b))
+            lead_a, lead_b = (1,) * (width - len(lead_a)) + lead_a, (1,) * (width - len(lead_b)) + lead_b
+            batch = 1
+            for x, y in zip(lead_a, lead_b):
+                batch *= max(x, y)
+            return 2 * batch * a[-2] * a[-1] * b[-1]
+        if name == "einsum":                      # two or more operands: 2 x the product of every index's size
+            equation, operands = args[0], args[1]
+            if type(equation) is not str or len(operands) < 2:
+                return 0
+            sizes = {}
+            for term, t in zip(equation.split("->")[0].split(","), operands):
+                for letter, d in zip(term.strip(), tuple(size(t))):
+                    sizes[letter] = d
+            total = 2
+            for d in sizes.values():
+                total *= d
+            return total
     except Exception:
         return 0
     return 0
