@@ -117,7 +117,7 @@ def greedy_run(spec, src, src_mask, max_len, pad=PAD, *, causal=True, pad_after_
 
 def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_ignored=False, temp_multiplied=False,
                    k_extra=0, drop_crossing=False, p_before_renorm=False, p_on_raw=False, p_unscattered=False,
-                   temp_late=False):
+                   temp_late=False, p_across_rows=False):
     """The contract's sampling distribution [B, V] (or one known mistake's)."""
     if temp_late:           # filtered on the raw logits, divided by the temperature only at the end
         q = filtered_probs(logits, 1.0, top_k, top_p) ** (1.0 / temperature)   # softmax(kept / T)
@@ -135,6 +135,8 @@ def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_igno
         keep_sorted = (sorted_p.cumsum(-1) < top_p) if drop_crossing else (before < top_p)
         keep_sorted[:, 0] = True
         keep = keep_sorted if p_unscattered else torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        if p_across_rows:   # a token removed from any row is removed from every row (an index meant for one row)
+            keep = keep.all(0, keepdim=True).expand_as(keep)
         z = z.masked_fill(~keep, float("-inf"))
     return torch.softmax(z, -1)
 
@@ -451,6 +453,10 @@ _SAMPLING = (
     ("top_p_not_scattered_back", "the top-p mask is applied in sorted order to the vocabulary: map it back to "
      "vocabulary order with the sort's indices (mask.scatter(-1, sorted_indices, keep_sorted)).",
      {"p_unscattered": True}),
+    ("top_p_removed_across_rows", _ACROSS_ROWS := "a token top-p removes from one row is removed from every row "
+     "(logits[:, sorted_indices[remove]] = -inf, an indexing written for one row, as in a widely copied "
+     "top_k_top_p_filtering): map each row's sorted mask back to that row, remove = remove_sorted.scatter(-1, "
+     "sorted_indices, remove_sorted), then logits.masked_fill(remove, float('-inf')).", {"p_across_rows": True}),
 )
 _SAMPLING_DEVIATIONS = CATALOGUE.deviations("sampling", filtered_probs, _SAMPLING)
 
@@ -483,6 +489,15 @@ def kth_sliced_unclamped(logits, temperature, top_k, top_p):
 def kthvalue_unclamped(logits, temperature, top_k, top_p):
     z = logits / temperature
     return z.masked_fill(z < torch.kthvalue(z, z.size(-1) - top_k + 1, dim=-1, keepdim=True).values, float("-inf"))
+
+
+@CATALOGUE.entry("sampling_errors", "top_p_removed_across_rows", _ACROSS_ROWS)
+def top_p_across_rows(logits, temperature, top_k, top_p):
+    """Raises as torch.multinomial does when a row has nothing left (its probabilities are NaN)."""
+    if top_p is None:
+        return None
+    probs = filtered_probs(logits, temperature, top_k, top_p, p_across_rows=True)
+    return torch.multinomial(probs, 1)
 
 
 def _float64_fill(logits, *settings):
