@@ -509,6 +509,15 @@ def sampling(t: Tester):
             t.fail(f"{what} generated no token (the result has {tokens.size(1)} column).")
         counts = torch.bincount(tokens[:, 1], minlength=V)[:V].to(torch.float64)
         want = filtered_probs(logits[None], temperature, top_k, top_p)[0]
+        if not consistent(counts, want) and counts[PAD] > 0 and counts[EOS] == 0:
+            # Rows that drew <eos> show pad_id instead: the draws are right, the <eos> was overwritten afterwards.
+            moved = counts.clone()
+            moved[EOS], moved[PAD] = counts[PAD], 0
+            if consistent(moved, want):
+                replaced = CATALOGUE.mistakes()["eos_replaced_by_pad"]
+                t.fail(f"With {label}, the first token came out as pad_id = {PAD} in {int(counts[PAD])} of {N_DRAWS} "
+                       f"rows and never as <eos>; counted as <eos>, the draws fit the filtered distribution. Likely "
+                       f"cause: {replaced.text}", replaced)
         if not consistent(counts, want):
             fits = {m.id: m for m, q in CATALOGUE.tried("sampling", logits[None], temperature, top_k, top_p)
                     if not torch.allclose(q[0], want, atol=1e-3) and consistent(counts, q[0])}
