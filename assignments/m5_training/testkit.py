@@ -35,7 +35,7 @@ CAUSES = {
 TESTS_OF_GROUP = {
     'tokenizer': ['test_tokenizer_vocabulary', 'test_tokenizer_decode'],
     'batches': ['test_make_batch_docstring_example', 'test_make_batch_other_special_ids_and_inputs_untouched'],
-    'loss': ['test_loss_value_and_gradient_match_cross_entropy', 'test_loss_any_leading_shape_and_float32', 'test_loss_is_stable_and_nan_when_all_pad'],
+    'loss': ['test_loss_value_and_gradient_match_cross_entropy', 'test_loss_any_leading_shape_and_float32', 'test_loss_is_stable_and_nan_when_all_pad', 'test_loss_pad_id_that_is_not_a_class'],
     'schedule': ['test_noam_lr', 'test_make_optimizer'],
     'train_step': ['test_train_step_steps_on_the_right_gradients', 'test_train_step_defaults'],
     'evaluate': ['test_evaluate_weighs_tokens_and_restores_mode'],
