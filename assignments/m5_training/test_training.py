@@ -3,9 +3,9 @@ measured with the reference files; several times that while other jobs share the
 
 A useful subset of the grader's checks, each compared with PyTorch's own functions: the tokenizer, batches
 and masks (also with special ids other than 0, 1, 2), the loss against F.cross_entropy (value, gradient,
-dtype, padding, large logits, no forbidden function, no loop), the schedule and the optimizer's settings,
-what train_step does in which order (seen by a recording optimizer: the gradients it steps on, clipping,
-the scheduler after the optimizer), evaluate's token-weighted loss and modes, and a tiny model overfitting
+dtype, padding, a pad_id that is not a class, large logits, no forbidden function, no loop), the schedule and
+the optimizer's settings, what train_step does in which order (seen by a recording optimizer: the gradients it
+steps on, clipping, the scheduler after the optimizer), evaluate's token-weighted loss and modes, and a tiny model overfitting
 one batch. No model is trained in a fixture. A failing test names the hidden check group that checks the same
 thing (testkit.py). One mistake is charged once, where it is; the hidden checks go further (more shapes and ids, Adam steps compared exactly, ...).
 
@@ -212,6 +212,34 @@ def test_loss_is_stable_and_nan_when_all_pad():
     assert torch.isnan(all_pad), (
         f"like F.cross_entropy, the loss should be NaN when every target is pad (0 / 0), got {all_pad.item()} "
         f"[{group('loss')}]")
+
+
+@pytest.mark.parametrize("pad_id", [-100, 6])
+def test_loss_pad_id_that_is_not_a_class(pad_id):
+    # pad_id need not be a class: -100 is F.cross_entropy's default ignore_index, 6 = V is one past the last class
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(2, 4, 6, dtype=torch.float64, generator=gen)          # V = 6: classes 0..5
+    target = torch.tensor([[3, 1, pad_id, pad_id], [5, 0, 2, pad_id]])
+    call = f"label_smoothed_cross_entropy(logits [2, 4, 6] float64, target, smoothing=0.1, pad_id={pad_id})"
+    try:
+        got = _training.label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=pad_id)
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        pytest.fail(
+            f"{call} raised {type(e).__name__}: {e}. Here target holds pad_id = {pad_id} at its 3 padded positions, "
+            f"and {pad_id} is not a class (0..5). pad_id need not be a class: the loss equals F.cross_entropy(..., "
+            f"ignore_index=pad_id), which takes any ignore_index (-100 is its default). A padded target must never "
+            f"serve as an index (gather, indexing, one_hot, scatter): give those positions a safe index first, e.g. "
+            f"torch.where(keep, target, 0); their cost is left out anyway [{group('loss')}]")
+    want = _reference_loss(logits, target, 0.1, pad_id)
+    assert isinstance(got, torch.Tensor) and got.dim() == 0 and torch.allclose(got.detach(), want, rtol=1e-10,
+                                                                                atol=1e-12), (
+        f"{call} should equal F.cross_entropy(..., ignore_index={pad_id}, label_smoothing=0.1) = {want.item():.10f}, "
+        f"got {got.item() if isinstance(got, torch.Tensor) and got.numel() == 1 else got!r} [{group('loss')}]")
+    assert torch.equal(target, torch.tensor([[3, 1, pad_id, pad_id], [5, 0, 2, pad_id]])), (
+        f"{call} changed its target (the inputs are not modified: make the safe index out of place, "
+        f"torch.where(keep, target, 0)) [{group('loss')}]")
 
 
 @pytest.mark.parametrize("pad_id", [0, None])

@@ -16,7 +16,7 @@ MEASURED_SECONDS = 2.2   # cold `pytest -q` here, reference files, 2 cores (medi
 GROUPS = {
     'tokenizer': (2, 'ids 0-3 are <pad> <bos> <eos> <unk>, then the sorted characters; encode with <unk> for unknown characters; decode stops at <eos>, skips <pad> and <bos>, writes <unk>'),
     'batches': (2, 'make_batch: right padding with the pad_id given (also one other than 0), tgt_in = <bos> + target and tgt_out = target + <eos> (the shift), bool masks [B, 1, Ls] and [B, Lt, Lt] as the docstring defines them'),
-    'loss': (4, 'label_smoothed_cross_entropy equals F.cross_entropy (value and gradient) with and without smoothing and padding (pad_id None, 0 and another id), float64 and float32, logits around 1e4 and far apart'),
+    'loss': (4, 'label_smoothed_cross_entropy equals F.cross_entropy (value and gradient) with and without smoothing and padding (pad_id None, 0, another id, and ids that are not classes: -100, V; NaN when every target is pad_id), float64 and float32, logits around 1e4 and far apart'),
     'schedule': (2, 'noam_lr at step 0, 1, the warm-up peak and far past it; make_optimizer: Adam(lr 1.0, betas (0.9, 0.98), eps 1e-9) and a LambdaLR giving noam_lr(s) after s steps'),
     'train_step': (4, "one and three steps give exactly the parameters of the judge's own steps (Adam in float64; SGD in float32 with a pad_id other than 0); gradients zeroed first; clipping as clip_grad_norm_; train mode; scheduler stepped after the optimizer; the loss stepped on returned as a Python float"),
     'evaluate': (2, "plain cross-entropy per non-pad token over all batches, in eval mode without gradients, the model's mode put back"),
@@ -35,7 +35,7 @@ CAUSES = {
 TESTS_OF_GROUP = {
     'tokenizer': ['test_tokenizer_vocabulary', 'test_tokenizer_decode'],
     'batches': ['test_make_batch_docstring_example', 'test_make_batch_other_special_ids_and_inputs_untouched'],
-    'loss': ['test_loss_value_and_gradient_match_cross_entropy', 'test_loss_any_leading_shape_and_float32', 'test_loss_is_stable_and_nan_when_all_pad'],
+    'loss': ['test_loss_value_and_gradient_match_cross_entropy', 'test_loss_any_leading_shape_and_float32', 'test_loss_is_stable_and_nan_when_all_pad', 'test_loss_pad_id_that_is_not_a_class'],
     'schedule': ['test_noam_lr', 'test_make_optimizer'],
     'train_step': ['test_train_step_steps_on_the_right_gradients', 'test_train_step_defaults'],
     'evaluate': ['test_evaluate_weighs_tokens_and_restores_mode'],

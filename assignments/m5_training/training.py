@@ -118,7 +118,8 @@ def label_smoothed_cross_entropy(logits, target, smoothing=0.0, pad_id=None):
     The inputs are not modified.
     """
     # TODO: flatten to [N, V] and [N]; log-probabilities = logits - logsumexp over the classes.
-    # TODO: nll = -(log-probability of the target) (gather; give padded targets a safe index first),
+    # TODO: nll = -(log-probability of the target) (gather; pad_id need not be a class, e.g. -100 or V:
+    # TODO: give padded targets a safe index first, e.g. torch.where(keep, target, 0)),
     # TODO: smooth = -(mean log-probability over the V classes); cost = (1 - e) * nll + e * smooth;
     # TODO: average the cost over the non-pad positions (sum / count: 0 / 0 gives NaN when all are pad).
     raise NotImplementedError("label_smoothed_cross_entropy is not implemented yet")

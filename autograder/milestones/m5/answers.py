@@ -196,6 +196,53 @@ for _id, _text, _log_probs, _forms in _UNSTABLE:
             CATALOGUE.mistake(_id, _text, kind="loss", reproduce=_unstable(_log_probs, _form, _masking))
 
 
+# The padded targets used as class indices as they are: right whenever pad_id is a class, but a pad_id outside
+# 0..V-1 (-100, F.cross_entropy's default ignore_index, or V) is an out-of-range index, and PyTorch raises. Each way
+# of picking the target's log-probability raises its own error (gather and scatter name the dimension of the
+# classes, flattened or not; indexing an identity matrix names dimension 0; one_hot says "Class values"): the
+# student's error, the same type and words on the same arguments, is reproduced by one of them (kind
+# "loss_errors": tried on a crash only, never for values, where it gives the right answer).
+def _index_leading(lp, z, target):
+    grids = [torch.arange(n).view(*[-1 if i == d else 1 for i in range(target.dim())])
+             for d, n in enumerate(target.shape)]
+    return lp[(*grids, target)]
+
+
+_PICKED_RAW = {
+    "gather": lambda lp, z, t: z.gather(1, t[:, None])[:, 0],
+    "gather_leading": lambda lp, z, t: lp.gather(-1, t.unsqueeze(-1))[..., 0],
+    "index": lambda lp, z, t: z[torch.arange(t.numel()), t],
+    "index_leading": _index_leading,
+    "one_hot": lambda lp, z, t: (F.one_hot(t, z.size(-1)).to(z.dtype) * z).sum(-1),
+    "scatter": lambda lp, z, t: (torch.zeros_like(z).scatter(1, t[:, None], 1.0) * z).sum(1),
+    "scatter_leading": lambda lp, z, t: (torch.zeros_like(lp).scatter(-1, t.unsqueeze(-1), 1.0) * lp).sum(-1),
+    "identity_rows": lambda lp, z, t: (torch.eye(z.size(-1), dtype=z.dtype)[t] * z).sum(-1),
+}
+
+
+def _pad_target_as_index(form):
+    """The right loss, except that the target's log-probability is picked with the raw target (`form`: how);
+    "_leading" forms pick before flattening (the target keeps its shape)."""
+    def loss(logits, target, smoothing=0.0, pad_id=None):
+        lp = _lp(logits)                                               # [..., V]
+        z, t = lp.reshape(-1, lp.size(-1)), target.reshape(-1)
+        picked = _PICKED_RAW[form](lp, z, target if form.endswith("_leading") else t).reshape(-1)
+        keep = torch.ones_like(t, dtype=torch.bool) if pad_id is None else t != pad_id
+        cost = -(1 - smoothing) * picked - smoothing * z.mean(1)
+        return torch.where(keep, cost, torch.zeros_like(cost)).sum() / keep.sum()
+    return loss
+
+
+PAD_TARGET_AS_INDEX_TEXT = (
+    "the padded targets are used as class indices as they are (gather, indexing, one_hot or scatter with the raw "
+    "target), which fails when pad_id is not a class: give the padded positions a safe index first, e.g. "
+    "torch.where(keep, target, 0) or target.masked_fill(~keep, 0), then pick the log-probabilities (the cost of "
+    "those positions is left out anyway).")
+for _form in _PICKED_RAW:
+    CATALOGUE.mistake("pad_target_as_index", PAD_TARGET_AS_INDEX_TEXT, kind="loss_errors",
+                      reproduce=_pad_target_as_index(_form))
+
+
 CATALOGUE.deviations("batch", expected_batch, (
         ("targets_not_shifted", "tgt_out is the same sequence as tgt_in: the decoder must predict the NEXT token, so "
          "tgt_in = <bos> + target and tgt_out = target + <eos> (teacher forcing with a shift).", {"shift": False}),

@@ -14,11 +14,13 @@ the stand-ins in stand_ins.py.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from autograder.grading import diagnosis
-from autograder.grading.checks import TOLERANCES, CheckFailed, Tester, describe, dtype_str, group, shape_str
+from autograder.grading.checks import (
+    TOLERANCES, CheckFailed, Tester, describe, dtype_str, group, shape_str, student_error)
 from autograder.milestones.reference import D, TorchModel, model_params, pe_table
 from autograder.milestones.m5 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m5.answers import (
@@ -211,50 +213,21 @@ def _consistent(pairs, passed):
     return out
 
 
+def _outside_pad_cases(t: Tester):
+    """(logits, smoothing, pad_id, label) with a pad_id that is not a class (outside 0..V-1): the loss equals
+    F.cross_entropy(..., ignore_index=pad_id) (the docstring), which takes any ignore_index. Drawn after the other
+    cases, so theirs stay as they were."""
+    return [(t.randn(3, 5, V) * 3, 0.1, -100, "float64, pad_id=-100: F.cross_entropy's default ignore_index"),
+            (t.randn(3, 5, V, dtype=torch.float32) * 3, 0.0, V, f"float32, pad_id={V} = V, one past the last class")]
+
+
 @group("m5", "loss", provides=("label_smoothed_cross_entropy",))
 def loss(t: Tester):
     passed = []
-    for logits, smoothing, pad_id, label in _loss_cases(t):
-        target = t.randint(1 if pad_id == PAD else 0, V, logits.shape[:-1])
-        if pad_id != PAD:
-            target.view(-1)[0] = 0        # a real target 0: with pad_id None or another id, it counts
-        all_pad = pad_id is not None and logits.dim() == 3
-        if all_pad:
-            target[0, 3:] = pad_id
-            target[1, :] = pad_id         # a row that is all padding (the batch still has real targets)
-        g = t.randn(()) .abs() + 0.5
-        what = (f"`label_smoothed_cross_entropy(logits {shape_str(logits.shape)}, target, smoothing={smoothing}, "
-                f"pad_id={pad_id})` ({label})")
-        reply = t.call("label_smoothed_cross_entropy", logits, target, smoothing=smoothing, pad_id=pad_id,
-                       grad_args=[0], backward=[g], return_args=True)
-        got = reply["value"]
-        if isinstance(got, (int, float)):
-            t.fail(f"{what} returns a Python number ({got!r}); it must return a scalar tensor that stays in the "
-                   f"autograd graph (no .item() or float()), or training gets no gradient.", GRAPH_CUT.saying('the loss must stay a tensor in the autograd graph (no .item() or float()).'))
-        got = t.expect_tensor(got, what)
-        if got.dim() != 0:
-            t.fail(f"{what} should return a scalar (0-dim) tensor, but it has shape {shape_str(got.shape)}: take the "
-                   f"mean over the non-pad positions.", LOSS_NOT_SCALAR)
-        leaf = logits.clone().requires_grad_(True)
-        want = expected_loss(leaf, target, smoothing, pad_id)
-        want.backward(g)
-        args = (logits, target, smoothing, pad_id)
-        mistakes = lambda args=args: _consistent(CATALOGUE.tried("loss", *args), passed)     # noqa: E731
-        if not bool(torch.isfinite(got)):
-            _not_finite(t, got, want.detach(), what, mistakes,
-                        f"{label}; row 1 of the targets is all pad_id, the other rows have real targets" if all_pad
-                        else label)
-        t.expect_close(got, want.detach(), f"The value of {what}", mistakes)
-        passed.append((args, want.detach()))
-        if reply.get("grads") is None or reply["grads"][0] is None:
-            t.fail(f"No gradient reached the logits through {what}: {reply.get('grad_problem') or 'compute it with torch operations'} "
-                   f"(a Python float or .item() cuts the graph).", GRAPH_CUT)
-        t.expect_close(reply["grads"][0], leaf.grad, f"The gradient of {what} with respect to the logits")
-        _inputs_unchanged(t, reply.get("args_after") or [], (logits, target), pad_id, what)
-        if got.dtype != logits.dtype:
-            t.fail(f"{what} returns a {dtype_str(got.dtype)} tensor for {dtype_str(logits.dtype)} logits; the loss is in "
-                   f"the dtype of logits (create any new tensor with dtype=logits.dtype).",
-                   diagnosis.DTYPE_LOWERED if logits.dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
+    for case in _loss_cases(t):
+        _loss_case(t, *case, passed)
+    for case in _outside_pad_cases(t):
+        _loss_case(t, *case, passed)
     # Every target pad_id: nothing to average, and like F.cross_entropy the loss is NaN (the docstring).
     logits = t.randn(2, 3, V)
     target = torch.full((2, 3), PAD, dtype=torch.long)
@@ -264,6 +237,103 @@ def loss(t: Tester):
         t.fail(f"{what} is {got.item():.6g}; it should be NaN, as F.cross_entropy gives when every target is ignored "
                f"(the docstring)." + (f" Likely cause: {ALL_PAD_LOSS_ZERO.text}" if got.item() == 0 else ""),
                ALL_PAD_LOSS_ZERO if got.item() == 0 else None)
+
+
+def _loss_case(t: Tester, logits, smoothing, pad_id, label, passed):
+    """One input of the loss: value, gradient, inputs left as they were, dtype. `passed`: (args, right value) of
+    the inputs the student's loss got right so far (this one is added when it is right)."""
+    target = t.randint(1 if pad_id == PAD else 0, V, logits.shape[:-1])
+    if pad_id != PAD:
+        target.view(-1)[0] = 0        # a real target 0: with pad_id None or another id, it counts
+    all_pad = pad_id is not None and logits.dim() == 3
+    if all_pad:
+        target[0, 3:] = pad_id
+        target[1, :] = pad_id         # a row that is all padding (the batch still has real targets)
+    g = t.randn(()) .abs() + 0.5
+    what = (f"`label_smoothed_cross_entropy(logits {shape_str(logits.shape)}, target, smoothing={smoothing}, "
+            f"pad_id={pad_id})` ({label})")
+    outside = pad_id is not None and not 0 <= pad_id < V
+    reply = t.call("label_smoothed_cross_entropy", logits, target, smoothing=smoothing, pad_id=pad_id,
+                   grad_args=[0], backward=[g], return_args=True, allow_error=outside)
+    if not reply.get("ok", True):
+        _outside_pad_raised(t, reply, what, (logits, target, smoothing, pad_id), passed)
+    got = reply["value"]
+    if isinstance(got, (int, float)):
+        t.fail(f"{what} returns a Python number ({got!r}); it must return a scalar tensor that stays in the "
+               f"autograd graph (no .item() or float()), or training gets no gradient.", GRAPH_CUT.saying('the loss must stay a tensor in the autograd graph (no .item() or float()).'))
+    got = t.expect_tensor(got, what)
+    if got.dim() != 0:
+        t.fail(f"{what} should return a scalar (0-dim) tensor, but it has shape {shape_str(got.shape)}: take the "
+               f"mean over the non-pad positions.", LOSS_NOT_SCALAR)
+    leaf = logits.clone().requires_grad_(True)
+    want = expected_loss(leaf, target, smoothing, pad_id)
+    want.backward(g)
+    args = (logits, target, smoothing, pad_id)
+    mistakes = lambda args=args: _consistent(CATALOGUE.tried("loss", *args), passed)     # noqa: E731
+    if not bool(torch.isfinite(got)):
+        _not_finite(t, got, want.detach(), what, mistakes,
+                    f"{label}; row 1 of the targets is all pad_id, the other rows have real targets" if all_pad
+                    else label)
+    t.expect_close(got, want.detach(), f"The value of {what}", mistakes)
+    passed.append((args, want.detach()))
+    if reply.get("grads") is None or reply["grads"][0] is None:
+        t.fail(f"No gradient reached the logits through {what}: {reply.get('grad_problem') or 'compute it with torch operations'} "
+               f"(a Python float or .item() cuts the graph).", GRAPH_CUT)
+    t.expect_close(reply["grads"][0], leaf.grad, f"The gradient of {what} with respect to the logits")
+    _inputs_unchanged(t, reply.get("args_after") or [], (logits, target), pad_id, what)
+    if got.dtype != logits.dtype:
+        t.fail(f"{what} returns a {dtype_str(got.dtype)} tensor for {dtype_str(logits.dtype)} logits; the loss is in "
+               f"the dtype of logits (create any new tensor with dtype=logits.dtype).",
+               diagnosis.DTYPE_LOWERED if logits.dtype == torch.float64 else diagnosis.DTYPE_CHANGED)
+
+
+def _outside_pad_raised(t: Tester, reply, what, args, passed):
+    """The loss raised on a pad_id that is not a class: say which argument held which value and the rule that allows
+    it. A known mistake is named when its own computation raises the same error on these arguments (same type and
+    words), gives the right value on every input the student's loss got right before, and no other one does."""
+    if reply.get("kind") != "exception":
+        raise CheckFailed(student_error(reply, what))
+    logits, target, smoothing, pad_id = args
+    n = int((target == pad_id).sum())
+    Vv = logits.size(-1)
+    error_type, message = reply.get("type"), reply.get("message")
+    head = f"{what} raised {error_type}: {message}"
+    named = (", and it is the index the error names"
+             if re.search(rf"\b(index|id=)\s*{re.escape(str(pad_id))}(?!\d)", message or "") else "")
+    cause = diagnosis.alone(m for kind in ("loss", "loss_errors") for m in CATALOGUE.entries.get(kind, [])
+                            if _raises(m, args, error_type, message) and _right_on(m, passed))
+    text = (f"{head}\nHere `target` holds pad_id = {pad_id} at its {n} padded positions; {pad_id} is not a class "
+            f"(logits [..., {Vv}]: classes 0..{Vv - 1}){named}. pad_id need not be a class: the loss equals "
+            f"F.cross_entropy(..., ignore_index=pad_id, ...) (the docstring), which takes any ignore_index (-100 is "
+            f"its default).")
+    if cause is not None:
+        text += f" Likely cause: {cause.text}"
+    else:
+        text += (" A padded target must never serve as an index (gather, indexing, one_hot, scatter): give those "
+                 "positions a safe index first, e.g. torch.where(keep, target, 0); their cost is left out anyway.")
+    tb = reply.get("traceback") or ""
+    t.fail(text + (f"\n{tb}" if tb else ""), cause)
+
+
+def _raises(mistake, args, error_type, message) -> bool:
+    """Does the mistake's own computation raise the student's error (same type, same words) on `args`?"""
+    try:
+        mistake(*args)
+    except Exception as e:
+        return diagnosis.same_error(e, error_type, message)
+    return False
+
+
+def _right_on(mistake, passed) -> bool:
+    """Does the mistake's own computation give the right value on every input the student's loss got right
+    (`passed`)? One that raises or differs there is not the student's."""
+    for args, right in passed:
+        try:
+            if not _loose_close(mistake(*args), right):
+                return False
+        except Exception:
+            return False
+    return True
 
 
 def _inputs_unchanged(t: Tester, after, before, pad_id, what):
