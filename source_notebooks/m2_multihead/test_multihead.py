@@ -1,4 +1,4 @@
-"""Public tests for milestone 2. Run `pytest -q` in this folder (about 1.2 s cold on 2 cores
+"""Public tests for milestone 2. Run `pytest -q` in this folder (about 1.3 s cold on 2 cores
 measured with the reference files; several times that while other jobs share the machine).
 
 A quick subset of the grader's checks: shapes, head layout, the ValueError (and its message), parity with
