@@ -420,14 +420,15 @@ class Tester:
             self.fail(f"`{func}` worked on tensor data outside torch (.numpy(), .tolist(), numpy arrays, "
                       f"torch.from_numpy): the grader counts tensor operations to find loops, and work done there "
                       f"cannot be counted. Compute with torch operations only.", diagnosis.NUMPY_WORK)
-        if limit is not None and base > limit:
-            self.fail(f"`{func}` ran {base} tensor operations at the {base_label}, where a version without Python "
-                      f"loops needs at most about {limit}: that points to a loop that runs a fixed number of times "
-                      f"(for example over a padded batch). {advice}", diagnosis.PYTHON_LOOP)
+        # A count that grows says which dimension the loop runs over: that first, then the fixed-count limit.
         for label, n in grown:
             if n != base:
                 self.fail(f"`{func}` ran {base} tensor operations at the {base_label} but {n} when {label}: "
                           f"that points to a Python loop over that dimension. {advice}", diagnosis.PYTHON_LOOP)
+        if limit is not None and base > limit:
+            self.fail(f"`{func}` ran {base} tensor operations at the {base_label}, where a version without Python "
+                      f"loops needs at most about {limit}: that points to a loop that runs a fixed number of times "
+                      f"(for example over a padded batch). {advice}", diagnosis.PYTHON_LOOP)
 
 
 @functools.lru_cache(maxsize=None)

@@ -38,6 +38,13 @@ def _no_sqrt(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=1.0), v)
 
 
+@CATALOGUE.entry("attention", "scale_from_dim_1", "d_k is read from q's dimension 1 (q.shape[1]), which is d_k only "
+                 "for 2-D inputs [L, d_k]: with leading dims it is a length or the number of heads. Read it from the "
+                 "last dimension: d_k = q.size(-1).")
+def _scale_dim_1(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, scale=math.sqrt(q.size(1))), v) if q.dim() > 2 else None
+
+
 @CATALOGUE.entry("attention", "divide_by_dk", "the scores are divided by d_k instead of sqrt(d_k).")
 def _divide_by_dk(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=float(q.size(-1))), v)

@@ -30,7 +30,7 @@ from autograder.milestones.m4.answers import (
     PAPER)
 from autograder.milestones.m4.recipes import recipe_table_in_default
 from autograder.milestones.m4.mistakes import (
-    CATALOGUE, BATCH_MIXING, DECODE_ARGUMENT_ORDER, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED, GRAPH_CUT, INPUT_MODIFIED,
+    CATALOGUE, BATCH_MIXING, DECODE_ARGUMENT_ORDER, FORWARD_MASKS_SWAPPED, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED, GRAPH_CUT, INPUT_MODIFIED,
     LAYER_COUNT, LAYERS_NOT_MODULELIST, LOOKS_AHEAD, MAX_LEN_NOT_PASSED, NORMS_REINITIALISED, NOT_XAVIER,
     PADDING_NOT_IGNORED, PARAMETER_COUNT, PARAMETER_NAMES, PE_BATCH_DIM, PE_BUFFER_BATCH_DIM, PE_DROPOUT,
     PE_DROPOUT_ON_TABLE, PE_DTYPE, PE_LENGTH_ERROR, PE_LENGTH_OFF_BY_ONE, PE_MAX_LEN_IGNORED, PE_MODIFIED,
@@ -502,10 +502,14 @@ def _model_values(t: Tester, found: dict):
         label = (f"Transformer(11, 13, d_model={D}, num_layers=2, {'pre' if norm_first else 'post'}-LN"
                  f"{', activation=' + repr(activation) if activation != 'relu' else ''})")
         calls = [{"args": [src, tgt, src_mask, tgt_mask]}, {"args": [src, src_mask], "method": "encode"}]
-        reply = run_model(t, p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, calls=calls, activation=activation,
-                          buffers=True)
         judge = TorchModel(p, 2, norm_first, activation, torch.float64, 30)
         memory = judge.encode(src, src_mask).detach()
+        first = run_model(t, p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, calls=calls[:1], activation=activation,
+                          allow_error=True)
+        if not first.get("ok"):
+            _forward_masks_swapped(t, label, p, norm_first, activation, src, tgt, memory, src_mask, tgt_mask, first)
+        reply = run_model(t, p, 2, norm_first, 30, src, tgt, src_mask, tgt_mask, calls=calls, activation=activation,
+                          buffers=True)
         t.expect_close(reply["outputs"][1], memory, f"`{label}.encode(src, src_mask)`",
                        lambda: CATALOGUE.tried("encode", p, 2, norm_first, 30, src, src_mask, activation=activation))
         want = judge(src, tgt, src_mask, tgt_mask).detach()
@@ -554,6 +558,21 @@ def _model_values(t: Tester, found: dict):
         want = TorchModel(p32, 2, norm_first, "relu", torch.float32, 30)(src, tgt, src_mask, tgt_mask).detach()
         t.expect_close(reply["outputs"][0], want, f"The logits of a float32 Transformer ({'pre' if norm_first else 'post'}-LN)")
     _model_dropout(t, 0.3)
+
+
+def _forward_masks_swapped(t: Tester, label, p, norm_first, activation, src, tgt, memory, src_mask, tgt_mask, reply):
+    """forward raised: if the student's own decode is right with the masks in order, and raises that very error with
+    them swapped, forward hands decode its masks in the wrong order."""
+    want = TorchModel(p, 2, norm_first, activation, torch.float64, 30).decode(tgt, memory, src_mask, tgt_mask).detach()
+    right = run_model(t, p, 2, norm_first, 30, src, tgt, activation=activation, allow_error=True,
+                      calls=[{"args": [tgt, memory, src_mask, tgt_mask], "method": "decode"}])
+    swapped = run_model(t, p, 2, norm_first, 30, src, tgt, activation=activation, allow_error=True,
+                        calls=[{"args": [tgt, memory, tgt_mask, src_mask], "method": "decode"}])
+    if (right.get("ok") and t.close(right["outputs"][0], want) and not swapped.get("ok")
+            and swapped.get("type") == reply.get("type") and swapped.get("message") == reply.get("message")):
+        t.fail(f"`{label}(src, tgt, src_mask, tgt_mask)` raised {reply.get('type')}: {reply.get('message')}\nYour "
+               f"decode is right when given (tgt, memory, src_mask, tgt_mask), and raises this very error when given "
+               f"the two masks the other way round. Likely cause: {FORWARD_MASKS_SWAPPED.text}", FORWARD_MASKS_SWAPPED)
 
 
 def _decode_order(t: Tester, label, p, norm_first, activation, src, tgt, memory, src_mask, tgt_mask):
@@ -628,6 +647,10 @@ def gradients(t: Tester):
     g = t.randn(*logits.shape)
     logits.backward(g)
     want = by_student_name(judge, p)
+    first = run_model(t, p, 2, True, 30, src, tgt, src_mask, tgt_mask, allow_error=True)
+    if not first.get("ok"):
+        _forward_masks_swapped(t, f"Transformer(11, 13, d_model={D}, num_layers=2, pre-LN)", p, True, "relu", src, tgt,
+                               judge.encode(src, src_mask).detach(), src_mask, tgt_mask, first)
     reply = run_model(t, p, 2, True, 30, src, tgt, src_mask, tgt_mask, backward=[g])
     expect_output(t, reply["outputs"][0], logits.detach(), "The logits of Transformer (pre-LN)",
                   lambda: forward_mistakes(t, reply["outputs"][0], p, 2, True, 30, src, tgt, src_mask, tgt_mask))

@@ -28,3 +28,10 @@ PE_DROPOUT_ON_TABLE = CATALOGUE.mistake(
     "pe_dropout_on_table",
     "dropout is applied to the table before the add (x + self.dropout(self.pe[:L])), so the embeddings are never "
     "dropped and some positions are lost; it acts on the sum: return self.dropout(x + self.pe[:L]).")
+# Its computation is the student's own decode with the two masks swapped (run in the worker by the check).
+FORWARD_MASKS_SWAPPED = CATALOGUE.mistake(
+    "forward_masks_swapped",
+    "forward passes the masks to decode in the wrong order (decode(tgt, memory, tgt_mask, src_mask)): decode's "
+    "signature is (tgt, memory, src_mask, tgt_mask), so the self-attention gets the source's padding mask and the "
+    "cross-attention the target's mask. Call self.decode(tgt, memory, src_mask, tgt_mask).",
+    reproduce=lambda decode, tgt, memory, src_mask, tgt_mask: decode(tgt, memory, tgt_mask, src_mask))

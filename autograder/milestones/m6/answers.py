@@ -57,7 +57,7 @@ def stepper(spec, src, src_mask, *, causal=True):
     return step
 
 
-def _decode(choose, B, max_len, pad, pad_after_eos):
+def _decode(choose, B, max_len, pad, pad_after_eos, stop_on_any=False):
     """The loop greedy and sampled decoding share: from <bos>, append `choose(ys)` ([B] tokens) each step, pad_id
     in the rows that have ended (unless pad_after_eos is off: a known mistake), until every row has written <eos>
     or max_len steps have run. -> (tokens [B, T], steps run)."""
@@ -71,19 +71,19 @@ def _decode(choose, B, max_len, pad, pad_after_eos):
             nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         ys = torch.cat([ys, nxt[:, None]], 1)
         done = done | (nxt == EOS)
-        if bool(done.all()):
+        if bool(done.any() if stop_on_any else done.all()):      # stop_on_any: a known mistake
             break
     return ys, steps
 
 
-def judge_greedy(step, B, max_len, *, pad=PAD, pad_after_eos=True):
+def judge_greedy(step, B, max_len, *, pad=PAD, pad_after_eos=True, stop_on_any=False):
     """(tokens [B, T], steps run, logits per step [B, V])."""
     seen = []
 
     def choose(ys):
         seen.append(step(ys, torch.arange(B)))
         return seen[-1].argmax(-1)
-    return (*_decode(choose, B, max_len, pad, pad_after_eos), seen)
+    return (*_decode(choose, B, max_len, pad, pad_after_eos, stop_on_any), seen)
 
 
 def greedy_by_eos_bias(spec, src, src_mask, max_len, biases):
@@ -109,10 +109,10 @@ def greedy_by_eos_bias(spec, src, src_mask, max_len, biases):
     return list(ys.reshape(n, B, -1))
 
 
-def greedy_run(spec, src, src_mask, max_len, pad=PAD, *, causal=True, pad_after_eos=True):
+def greedy_run(spec, src, src_mask, max_len, pad=PAD, *, causal=True, pad_after_eos=True, stop_on_any=False):
     """greedy_decode's tokens on the model of `spec` (or one known mistake's)."""
     return judge_greedy(stepper(spec, src, src_mask, causal=causal), src.size(0), max_len, pad=pad,
-                        pad_after_eos=pad_after_eos)[0]
+                        pad_after_eos=pad_after_eos, stop_on_any=stop_on_any)[0]
 
 
 def filtered_probs(logits, temperature=1.0, top_k=None, top_p=None, *, temp_ignored=False, temp_multiplied=False,
@@ -405,8 +405,10 @@ _NO_PAD_TEXT = ("after a sequence's <eos> the loop keeps appending the model's c
 _GREEDY = CATALOGUE.deviations("greedy", greedy_run, (
     ("no_pad_after_eos", _NO_PAD_TEXT, {"pad_after_eos": False}),
     ("no_causal_mask", "the prefix is decoded without the causal mask: pass causal_mask(t) (milestone 1) as tgt_mask "
-     "to model.decode; with two or more layers the earlier positions otherwise see later tokens.", {"causal": False})))
-NO_PAD, NO_MASK = (m for m, _ in _GREEDY)
+     "to model.decode; with two or more layers the earlier positions otherwise see later tokens.", {"causal": False}),
+    ("stop_on_first_eos", "the loop stops as soon as one sequence has produced <eos> (finished.any()), cutting the "
+     "others short; stop when every sequence has (finished.all()), or after max_len steps.", {"stop_on_any": True})))
+NO_PAD, NO_MASK, _ = (m for m, _ in _GREEDY)
 
 CATALOGUE.deviations("sample_run", sample_run, (("no_pad_after_eos", _NO_PAD_TEXT, {"pad_after_eos": False}),))
 
