@@ -101,6 +101,14 @@ def _scaled_twice(params, heads, query, key, value, mask=None):
     return mha_variant(params, heads, query, key, value, mask, extra_scale=1 / math.sqrt(query.size(-1) // heads))
 
 
+@CATALOGUE.entry("mha", "scores_scaled_by_d_model", "the scores are divided by sqrt(d_model) instead of sqrt(d_k) "
+                 "(d_k = d_model / num_heads, the width of one head): scaled_dot_product_attention already divides by "
+                 "sqrt(d_k), so pass q as it is.")
+def _scores_scaled_by_d_model(params, heads, query, key, value, mask=None):
+    d_model = query.size(-1)
+    return mha_variant(params, heads, query, key, value, mask, extra_scale=math.sqrt(d_model // heads / d_model))
+
+
 @CATALOGUE.entry("mha", "scaled_by_d_model", "the queries are scaled by 1/sqrt(d_model) before attention; "
                  "attention already divides by sqrt(d_k), the width of one head.")
 def _scaled_by_d_model(params, heads, query, key, value, mask=None):
