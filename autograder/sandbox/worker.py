@@ -358,11 +358,14 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
             return {"ok": False, "kind": "missing", "type": "AttributeError",
                     "message": f"{req['module']}.py has no function {req['func']}", "traceback": ""}
         args = list(req.get("args", []))
-        for i in req.get("grad_args") or []:
-            requires_grad_(args[i], True)
         seed_all(req.get("seed", 0))
         was = is_grad()
         set_grad(bool(req.get("grad_args")))
+        # The gradients are taken at leaves the student never sees: the function gets a copy, so changing an
+        # input in place costs points once (in the inputs-unchanged check), not again as a leaf-view error here.
+        leaves = {i: requires_grad_(args[i], True) for i in req.get("grad_args") or []}
+        for i in leaves:
+            args[i] = clone(leaves[i])
         try:
             result = measured(func, *args, **dict(req.get("kwargs", {})))
         except NotImplementedError as e:
@@ -378,7 +381,7 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
                 ran, why = backward(tensors_in(result, []), req["backward"])
             except Exception as e:
                 return error("exception", e)
-            reply["grads"] = [plain(args[i].grad) for i in req.get("grad_args") or []] if ran else None
+            reply["grads"] = [plain(leaves[i].grad) for i in req.get("grad_args") or []] if ran else None
             reply["grad_problem"] = why
         if req.get("return_args"):
             reply["args_after"] = [plain(a) for a in args]
@@ -447,18 +450,21 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
         return None
 
     def run_calls(req, obj):
-        """Run `calls` on the module; (outputs, attrs, attrs_require_grad, args_after, last args)."""
-        outputs, attrs, attrs_grad, args_after, args = [], [], [], [], []
+        """Run `calls` on the module; (outputs, attrs, attrs_require_grad, args_after, the last call's
+        arguments as gradient leaves)."""
+        outputs, attrs, attrs_grad, args_after, leaves = [], [], [], [], []
         want_grad = req.get("backward") is not None
         for call in req.get("calls", []):
             seed_all(call.get("seed", req.get("seed", 0)))
-            args = list(call.get("args", []))
-            if want_grad:      # input gradients too (e.g. does the key input get one?)
-                args = [requires_grad_(clone(a), True) if issubclass(type(a), Tensor) and a.is_floating_point()
-                        else a for a in args]
+            args = leaves = list(call.get("args", []))
+            if want_grad:      # input gradients too (e.g. does the key input get one?), at leaves as in op_call
+                leaves = [requires_grad_(clone(a), True) if issubclass(type(a), Tensor) and a.is_floating_point()
+                          else a for a in args]
             method = getattr(obj, call["method"]) if call.get("method") else obj
             was = is_grad()
             set_grad(want_grad)
+            if want_grad:
+                args = [clone(a) if a is not b else a for a, b in zip(leaves, args)]
             try:
                 out = measured(method, *args, **call.get("kwargs", {}))
             finally:
@@ -468,7 +474,7 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
             attrs.append({a: plain(v) for a, v in values.items()})
             attrs_grad.append({a: issubclass(type(v), Tensor) and bool(v.requires_grad) for a, v in values.items()})
             args_after.append([plain(a) for a in args])
-        return outputs, attrs, attrs_grad, args_after, args
+        return outputs, attrs, attrs_grad, args_after, leaves
 
     def dotted(obj, name):
         for part in name.split("."):

@@ -27,9 +27,11 @@ torch.manual_seed(0)
 torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast while other jobs share the cores
 
 
-softmax, scaled_dot_product_attention, padding_mask, causal_mask = (
-    guarded(f) for f in (attention.softmax, attention.scaled_dot_product_attention, attention.padding_mask,
-                          attention.causal_mask))
+# softmax and attention get copies of their inputs: a change in place fails only the tests that look for it
+# (test_softmax_keeps_dtype_and_input, test_inputs_are_not_modified), not every value after it.
+softmax, scaled_dot_product_attention = (guarded(f, copies=True) for f in (attention.softmax,
+                                                                          attention.scaled_dot_product_attention))
+padding_mask, causal_mask = guarded(attention.padding_mask), guarded(attention.causal_mask)
 
 
 def _diff(got, want, rtol=1e-9, atol=1e-10):
@@ -195,7 +197,7 @@ def test_softmax_of_rows_far_apart():
 def test_softmax_keeps_dtype_and_input():
     x = torch.randn(3, 5)
     before = x.clone()
-    got = softmax(x)
+    got = guarded(attention.softmax)(x)                  # the input itself, to see whether it changes
     assert got.dtype == torch.float32, (
         f"softmax of a float32 tensor should be float32, got {got.dtype}: no float64 tensors or .double() inside "
         f"[{group('dtype_inplace')}]")
@@ -420,7 +422,7 @@ def test_inputs_are_not_modified():
     q, k, v = _qkv(3, 2)
     mask = _random_mask(3, 1, 1, 5)
     before = [t.clone() for t in (q, k, v, mask)]
-    scaled_dot_product_attention(q, k, v, mask, dropout_p=0.2)
+    guarded(attention.scaled_dot_product_attention)(q, k, v, mask, dropout_p=0.2)   # the inputs themselves
     for name, t, b in zip(("q", "k", "v", "mask"), (q, k, v, mask), before):
         assert torch.equal(t, b), (
             f"attention changed its input `{name}` in place (q /= ..., mask.logical_not_(), masked_fill_): use "

@@ -152,11 +152,14 @@ def describe(value):
     return repr(value)
 
 
-def guarded(fn):
+def guarded(fn, copies=False):
     """Your function or method, called as usual; if it raises, the test fails with one sentence saying which
-    call failed with which inputs (the original traceback is printed above it)."""
+    call failed with which inputs (the original traceback is printed above it). With copies=True your code gets
+    copies of the tensor arguments, so an input changed in place fails only the test that looks for that."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        if copies:
+            args, kwargs = _copied(args), dict(zip(kwargs, _copied(kwargs.values())))
         try:
             return fn(*args, **kwargs)
         except Exception as e:
@@ -171,6 +174,19 @@ def guarded(fn):
             wanted = ''.join(f' ({error.__name__} expected here) {where}'.rstrip() for error, where in _EXPECTED[-1:])
             raise pytest.fail.Exception(f'{fn.__qualname__}({inputs}) raised {type(e).__name__}: {e}{wanted}') from e
     return call
+
+
+def _copied(values):
+    """The values with every tensor cloned (still connected to autograd), not counted by TorchCalls."""
+    global _COPYING
+    _COPYING = True
+    try:
+        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    finally:
+        _COPYING = False
+
+
+_COPYING = False
 
 
 @contextlib.contextmanager
@@ -192,7 +208,8 @@ class TorchCalls(TorchFunctionMode):
         return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.names.append(getattr(func, '__name__', str(func)))
+        if not _COPYING:
+            self.names.append(getattr(func, '__name__', str(func)))
         return func(*args, **(kwargs or {}))
 
     @property
