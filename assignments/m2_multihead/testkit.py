@@ -48,7 +48,7 @@ TESTS_OF_GROUP = {
     'gradients': ['test_cross_attention_weights_and_gradients_match_pytorch'],
     'vectorization': ['test_split_and_merge_have_no_loop_over_heads', 'test_no_loops_and_no_forbidden_functions'],
     'from_scratch': ['test_no_loops_and_no_forbidden_functions'],
-    'init_errors': ['test_rejects_indivisible_width_naming_both_numbers', 'test_accepts_divisible_widths', 'test_bias_false_has_no_bias'],
+    'init_errors': ['test_rejects_indivisible_width_naming_both_numbers', 'test_accepts_divisible_widths'],
 }
 
 FORBIDDEN = [

@@ -87,6 +87,7 @@ class CheckFailed(Exception):
         self.mistake = mistake
         self.cause = mistake.id if mistake else None
         self.cause_text = (mistake.text or message) if mistake else None
+        self.failed_on = ""    # the student callable it is about, when raised by Tester.fail (see Tester.last_call)
 
 
 class NotJudged(CheckFailed):
@@ -239,7 +240,9 @@ class Tester:
         points are kept (the code already loses points in a group of values)."""
         if self.spec.style:
             owner = self._judgeable(what, f"What happened here: {why}", why)
-            raise ChargedAbove(f"Not judged: {why}. Your code already loses points in `{owner}`, so this check "
+            # A crash report ends with the student's code line: the sentence goes on its own line, not glued to it.
+            end = "\n" if "\n" in why else ". "
+            raise ChargedAbove(f"Not judged: {why}{end}Your code already loses points in `{owner}`, so this check "
                                f"keeps its points; it judges its rule once your code runs here.", owner)
 
     def _judgeable(self, what: str, happened: str, failure: str = "") -> str:
@@ -304,7 +307,9 @@ class Tester:
     def fail(self, message: str, mistake: Mistake | None = None):
         """Fail the group. A named `mistake` lets later groups failing the same way say so in one line
         (with its text, or else this message)."""
-        raise CheckFailed(message, mistake)
+        failure = CheckFailed(message, mistake)
+        failure.failed_on = self.last_call    # a failure kept and raised after a probe stays about its own call
+        raise failure
 
     def expect_tensor(self, value, what: str, shape=None, dtype=None) -> torch.Tensor:
         if not isinstance(value, torch.Tensor):
@@ -493,7 +498,7 @@ class CheckResult:
     charged_in: str = ""         # the group above that already charged the failure this one met
     invoked: tuple[str, ...] = field(default=())  # student callables the group ran
     failed_on: str = ""          # the student callable of the request before the failure
-    reproduced: bool = False     # the named cause is a mistake whose own computation the judge ran
+    reproduced: bool = False     # the named cause is a mistake whose own computation the judge ran (or it was seen)
     note: str = ""               # e.g. graded with a stand-in for a function that failed above
     stand_ins: tuple[str, ...] = field(default=())
     blamed: tuple[str, ...] = field(default=())   # student callables this group proved wrong

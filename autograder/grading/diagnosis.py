@@ -30,17 +30,19 @@ class Mistake:
     """A known mistake: its `id` (named in mutants' DIAGNOSIS lines), the sentence a student reads (`text`;
     empty when the failure's own message says it) and, where the judge can recompute it, `reproduce`: the
     mistake's own computation (a probe's inputs -> what a student who made it returns, or None where it
-    cannot happen). Calling a Mistake runs that computation."""
+    cannot happen). Calling a Mistake runs that computation. `observed`: the check sees the mistake itself
+    happen (e.g. it counts the decoding steps), which proves it as a reproduction does."""
     id: str
     text: str = ""
     reproduce: Callable | None = field(default=None, compare=False, repr=False)
+    observed: bool = field(default=False, compare=False)
 
     def __call__(self, *args, **kwargs):
         return self.reproduce(*args, **kwargs)
 
     def saying(self, text: str) -> "Mistake":
         """The same mistake, with a sentence that names what this input showed."""
-        return Mistake(self.id, text, self.reproduce)
+        return Mistake(self.id, text, self.reproduce, self.observed)
 
 
 @dataclass
@@ -53,9 +55,9 @@ class Catalogue:
     milestone: str
     entries: dict[str, list[Mistake]] = field(default_factory=dict)
 
-    def mistake(self, mid: str, text: str = "", *, kind: str | None = None, reproduce: Callable | None = None
-                ) -> Mistake:
-        m = Mistake(mid, text, reproduce)
+    def mistake(self, mid: str, text: str = "", *, kind: str | None = None, reproduce: Callable | None = None,
+                observed: bool = False) -> Mistake:
+        m = Mistake(mid, text, reproduce, observed)
         known = MISTAKES.setdefault(self.milestone, {})
         # One id may be declared again with its own sentence (another computation of it, or another piece of
         # evidence for it), never without one: a failure naming it would not say what the catalogue says.
@@ -69,6 +71,10 @@ class Catalogue:
     def plain(self, *ids: str) -> tuple[Mistake, ...]:
         """Declare mistakes without text (the check's message says what went wrong), one per id, in order."""
         return tuple(self.mistake(mid) for mid in ids)
+
+    def observed(self, *ids: str) -> tuple[Mistake, ...]:
+        """Like `plain`, for mistakes a check sees happen (Mistake.observed)."""
+        return tuple(self.mistake(mid, observed=True) for mid in ids)
 
     def entry(self, kind: str, mid: str, text: str):
         return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn)

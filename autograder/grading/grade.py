@@ -9,7 +9,8 @@ How points follow mistakes (the same for every milestone): one mistake costs poi
   student callables that group judges: a wrong `softmax` is charged in `softmax`, and attention is
   graded on its own merits. The report says which stand-ins were used.
 - A group whose failure is reproduced by the same known mistake (its own computation, see
-  diagnosis.py) that an earlier group was charged for keeps its points and says so in one line.
+  diagnosis.py) that an earlier group was charged for, in the same student callable or in one that runs a
+  helper of the student's in common with it (shared_code.py), keeps its points and says so in one line.
 - Style groups (rules: loops, forbidden APIs, dtype, in-place, errors) run after every group of values
   and judge the rule on what the code computes (checks.Values): wrong values charged above do not
   cost their points again, and a file where no group of values passes scores 0 in them too.
@@ -34,6 +35,7 @@ from autograder.grading import checks
 from autograder.grading.checks import ChargedAbove, CheckFailed, CheckResult, Group, NotJudged, Session, Tester, Values
 from autograder.sandbox import protocol
 from autograder.sandbox.client import Worker, WorkerLost
+from autograder.grading.shared_code import common_helper, shared_helpers
 from autograder.grading.submission import GradedFile, prepared
 
 
@@ -166,6 +168,7 @@ class Grading:
                 from autograder.sandbox import open_slot
                 self.slot = self._stack.enter_context(open_slot(self.sandbox, self.course.startup_timeout))
             self.groups = check_groups(self.m.id)
+            self.helpers = _helpers(self.course, self.m, self.folder)
             references = tuple(Path(f.name).stem for f in self.graded if f.source != "yours")
             self.pool = _WorkerPool(self.folder, self.slot, self.m.modules, references, self.m.probe_timeout,
                                     worker_preload(self.m.id))
@@ -197,7 +200,7 @@ class Grading:
         if (not result.passed and result.reproduced) or (spec is not None and spec.observes):
             for other in self.m.checks:     # where a reproduced mistake is charged, every group decides
                 self.run(other)
-        _charge_once([self.results[n] for n in self.m.checks if n in self.results])
+        _charge_once([self.results[n] for n in self.m.checks if n in self.results], self.helpers)
         if spec is None or not spec.observes:
             return self.results[name]
         tamper, unobserved = self.pool.evidence()
@@ -227,7 +230,7 @@ class Grading:
         for name in self.m.checks:
             self.run(name)
         ordered = [self.results[name] for name in self.m.checks]      # report order: course.yaml's
-        _charge_once(ordered)
+        _charge_once(ordered, self.helpers)
         _name_causes_once(ordered)
         tamper, unobserved = self.pool.evidence()
         _charge_observers(ordered, self.groups, tamper, unobserved)
@@ -236,25 +239,47 @@ class Grading:
                       tamper, unobserved, sum(w.points for w in self.m.written))
 
 
+def _helpers(course: config.Course, m: config.Milestone, folder: Path) -> dict[str, frozenset[str]]:
+    """The student file's callables -> the helpers of their own they run (shared_code), read as text."""
+    own = folder / m.files[0]
+    reference = course.root / "solutions" / m.folder / m.files[0]
+    try:
+        api = set(shared_helpers(reference.read_text(), set()))
+        return shared_helpers(own.read_text(errors="replace"), api)
+    except OSError:
+        return {}
+
+
 def _is_style(groups: dict[str, Group], name: str) -> bool:
     return name in groups and groups[name].style
 
 
-def _charge_once(results: list[CheckResult]) -> None:
+def _charge_once(results: list[CheckResult], helpers: dict[str, frozenset[str]] | None = None) -> None:
     """Failures whose cause is the same known mistake, one that reproduced the answers (it has its own
     computation), in the same student callable, cost points once: in the group worth the most (the first in
     report order on a tie); the others keep their points and say where it was charged. The same mistake made
-    in two functions is two mistakes."""
-    by_cause: dict[tuple[str, str], list[CheckResult]] = {}
+    in two functions is two mistakes, unless both run a helper of the student's in common (`helpers`:
+    shared_code.shared_helpers of the student's file), where it most likely is."""
+    helpers = helpers or {}
+    by_cause: dict[str, list[list[CheckResult]]] = {}
     for r in results:
         if not r.passed and r.cause and r.reproduced and not r.charged_in:
-            by_cause.setdefault((r.cause, r.failed_on), []).append(r)
-    for same in by_cause.values():
+            clusters = by_cause.setdefault(r.cause, [])
+            joined = [c for c in clusters if any(o.failed_on == r.failed_on
+                                                 or common_helper(helpers, o.failed_on, r.failed_on) for o in c)]
+            for c in joined:
+                clusters.remove(c)
+            clusters.append([o for c in joined for o in c] + [r])
+    for same in (c for clusters in by_cause.values() for c in clusters):
         owner = max(same, key=lambda r: r.max_score)       # max keeps the first of equals
         for r in same:
             if r is not owner:
                 r.score, r.charged_in = r.max_score, owner.name
-                r.message = f"Same mistake as in `{owner.name}`, charged there (so not here): {r.cause_text}"
+                helper = common_helper(helpers, owner.failed_on, r.failed_on) if owner.failed_on != r.failed_on \
+                    else None
+                why = (f"; `{owner.failed_on}` and `{r.failed_on}` both run your `{helper}`, so it is one mistake"
+                       if helper else "")
+                r.message = f"Same mistake as in `{owner.name}`, charged there (so not here{why}): {r.cause_text}"
     by_name = {r.name: r for r in results}
     for r in results:          # a style group kept its points for a failure charged in a group now forgiven
         owner = by_name.get(r.charged_in)
@@ -380,7 +405,8 @@ def _attempt(result: CheckResult, tester: Tester, spec: Group, points: int) -> N
         result.message, result.judged = str(e), False
     except CheckFailed as e:
         result.message, result.cause, result.cause_text = str(e), e.cause, e.cause_text
-        result.reproduced = e.mistake is not None and e.mistake.reproduce is not None
+        result.reproduced = e.mistake is not None and (e.mistake.reproduce is not None or e.mistake.observed)
+        result.failed_on = e.failed_on
     except WorkerLost as e:   # the worker could not start, or died importing the student's file
         result.message = f"Your code could not be run: {e.reason}."
     except Exception:
@@ -389,4 +415,4 @@ def _attempt(result: CheckResult, tester: Tester, spec: Group, points: int) -> N
         result.internal_error = traceback.format_exc(limit=4)
     result.blamed = tuple(tester.blamed)
     result.invoked = tuple(sorted(tester.invoked))
-    result.failed_on = "" if result.passed else tester.last_call
+    result.failed_on = "" if result.passed else result.failed_on or tester.last_call

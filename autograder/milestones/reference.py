@@ -158,7 +158,7 @@ def attention_fn(p, prefix, q, k, v, mask):
 def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, *, residual_from_norm=False,
              norm_on_branch=False, invert=False, swap_norms=False, cross_kv_from_x=False, cross_q_from_memory=False,
              masks_swapped=False, tgt_mask_ignored=False, norm_memory=False, auto_causal=False,
-             src_mask_ignored=False):
+             src_mask_ignored=False, cross_given_tgt_mask=False):
     """An encoder (memory None) or decoder layer computed the right way, or with one deviation."""
     decoder = memory is not None
     norm_first = (not norm_first) if invert else norm_first
@@ -187,7 +187,7 @@ def layer_fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=
                 return attention_fn(p, "cross_attn", h, h, h, None)
             if cross_q_from_memory:
                 return attention_fn(p, "cross_attn", mem, h, h, src_mask)
-            return attention_fn(p, "cross_attn", h, mem, mem, src_mask)
+            return attention_fn(p, "cross_attn", h, mem, mem, tgt_mask if cross_given_tgt_mask else src_mask)
         subs.append(cross)
     subs.append(lambda h: feed_forward_fn(ff, h, activation))
     for sub, norm in zip(subs, norms):

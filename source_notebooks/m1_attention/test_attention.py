@@ -527,8 +527,14 @@ def test_dropout_drops_and_rescales(p):
         + f" [{group('dropout')}]")
     kept = w != 0
     if not torch.allclose(w[kept], plain[kept] / (1 - p)):
-        hint = cause("dropout_rescale_by_p") if torch.allclose(w[kept], plain[kept] / p) else cause("dropout_no_rescale")
-        pytest.fail(f"with dropout_p={p} the kept weights should be divided by (1 - dropout_p). {hint} [{group('dropout')}]")
+        renormalised = plain * kept / (plain * kept).sum(-1, keepdim=True).clamp_min(1e-300)   # softmax over kept keys
+        known = {cause("dropout_no_rescale"): plain[kept], cause("dropout_rescale_by_p"): plain[kept] / p,
+                 cause("dropout_renormalised"): renormalised[kept]}
+        hint = next((text for text, theirs in known.items() if torch.allclose(w[kept], theirs)),
+                    f"The kept weights differ from the weights without dropout divided by (1 - {p}): "
+                    f"{_diff(w[kept], plain[kept] / (1 - p))}.")
+        pytest.fail(f"with dropout_p={p} the kept weights should be the weights without dropout divided by "
+                    f"(1 - dropout_p). {hint} [{group('dropout')}]")
     assert torch.allclose(out, w @ v), (
         f"the output must be computed from the weights after dropout: weights @ v [{group('dropout')}]")
 

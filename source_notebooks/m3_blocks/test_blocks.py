@@ -16,6 +16,7 @@ its own message only.)
 import fnmatch
 import functools
 import math
+import re
 
 import pytest
 import torch
@@ -31,8 +32,28 @@ torch.set_num_threads(1)   # tiny tensors: one thread is fastest, and stays fast
 D, H, D_FF = 8, 2, 16
 
 
+def _lengths_met(forward):
+    """DecoderLayer.forward, with one more sentence when it fails because a target length met a source length."""
+    @functools.wraps(forward)
+    def call(self, x, memory, *args, **kwargs):
+        try:
+            return forward(self, x, memory, *args, **kwargs)
+        except pytest.fail.Exception as failure:
+            error = str(failure.__cause__)
+            lengths = {x.size(1), memory.size(1)}
+            sizes = {int(n) for n in re.findall(r"\((\d+)\)", error)}
+            if "must match the size" in error and len(lengths) == 2 and sizes == lengths:
+                pytest.fail(f"{failure.msg.rstrip('.')}. {x.size(1)} and {memory.size(1)} are the target and source "
+                            f"lengths: something of one length met the other. Each attention has its own mask: "
+                            f"self_attn(x, x, x, tgt_mask) over the target, cross_attn(x, memory, memory, src_mask) "
+                            f"over memory's source positions [{group('decoder_layer')}]")
+            raise
+    return call
+
+
 for _cls in (LayerNorm, FeedForward, EncoderLayer, DecoderLayer):
     _cls.__init__, _cls.forward = guarded(_cls.__init__), guarded(_cls.forward)
+DecoderLayer.forward = _lengths_met(DecoderLayer.forward)
 
 
 def _diff(got, want, rtol=1e-9, atol=1e-10):

@@ -19,7 +19,7 @@ from autograder.milestones.m1 import stand_ins  # noqa: F401  (registers the sta
 from autograder.milestones.m1.answers import SOFTMAX_OVERFLOW, expected_attention, output_grads
 from autograder.milestones.m1.mistakes import (
     CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
-    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE,
+    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE, DROPOUT_RENORMALISED,
     DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW, NAN_GRADIENT_BLOCKED_ROW,
     OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_IGNORES_PAD_ID, PADDING_MASK_INVERTED,
     PADDING_MASK_NO_QUERY_DIM,
@@ -500,9 +500,14 @@ def check_dropout(t: Tester, p, dtype):
                f"drop each attention weight with probability dropout_p (for example with "
                f"torch.nn.functional.dropout(weights, p=dropout_p)).")
     kept = ~dropped
+    # Dropped before the softmax: the right weights of the kept keys, renormalised over them.
+    kept_right = exp_w * kept
+    renormalised = kept_right / kept_right.sum(-1, keepdim=True).clamp_min(torch.finfo(exp_w.dtype).tiny)
     t.expect_close(w[kept].to(exp_w.dtype), exp_w[kept] / (1 - p), f"The weights kept by {what}", lambda: [
         (DROPOUT_NO_RESCALE, exp_w[kept]),
-        (DROPOUT_RESCALE_BY_P, exp_w[kept] / p)] + [
+        (DROPOUT_RESCALE_BY_P, exp_w[kept] / p),
+        (DROPOUT_RENORMALISED, renormalised[kept]),
+        (DROPOUT_RENORMALISED, renormalised[kept] / (1 - p))] + [
         (m, pair_[1][kept] / (1 - p)) for m, pair_ in CATALOGUE.tried("attention", q, k, v)])
     check_independent_drops(t, w, exp_w, p, what)
 

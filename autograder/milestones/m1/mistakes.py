@@ -44,6 +44,11 @@ DROPOUT_RESCALE_BY_P = CATALOGUE.mistake(
     "dropout_rescale_by_p",
     'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping '
     'them, not by dropout_p.')
+DROPOUT_RENORMALISED = CATALOGUE.mistake(
+    "dropout_renormalised",
+    "dropout acts before the softmax (dropped keys get -inf, as in DropKey), so the softmax hands their weight to the "
+    "kept keys and each row still sums to 1: apply dropout to the weights after the softmax, zeroing the dropped ones "
+    "and dividing the kept ones by (1 - dropout_p) (torch.nn.functional.dropout(weights, p=dropout_p)).")
 # Its computation: the right weights times one keep pattern (read from the answer) that broadcasts over the leading
 # dims where the student's pattern never changes, rescaled by 1 / (1 - p); the check names it only when that gives
 # the student's weights. The check says which dims share it when not all of them do (saying()).

@@ -154,6 +154,9 @@ DECODER_MISTAKES = {
                             "stream: cross_attn(x, memory, memory, src_mask).", {"cross_q_from_memory": True}),
     "decoder_masks_swapped": ("src_mask and tgt_mask are swapped: tgt_mask goes to the self-attention, src_mask to "
                               "the cross-attention.", {"masks_swapped": True}),
+    "cross_attn_given_tgt_mask": ("the cross-attention is given tgt_mask; it attends over memory's source positions "
+                                  "and takes src_mask: cross_attn(x, memory, memory, src_mask).",
+                                  {"cross_given_tgt_mask": True}),
     "tgt_mask_ignored": ("the self-attention ignores tgt_mask, so the decoder sees future positions: "
                          "self_attn(x, x, x, tgt_mask).", {"tgt_mask_ignored": True}),
     "memory_normalised": ("memory is normalised inside the decoder layer; use it as it is: "

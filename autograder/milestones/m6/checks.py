@@ -39,7 +39,7 @@ from autograder.milestones.m6.mistakes import (
     CATALOGUE, CACHE_NOT_USED, GENERATOR_BY_HAND, GRAD_ENABLED, MEMORY_PROJECTED_EVERY_STEP, MODE_NOT_RESTORED,
     NEXT_TOKEN_LOGITS_WRONG,
     NOT_EVAL_MODE, NO_EARLY_STOP, NUMPY_WORK, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE, SCORES_DTYPE,
-    TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE)
+    TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE, GENERATOR_NOT_PASSED)
 from autograder.milestones.m6.recipes import HELPERS, recipe_decode, recipe_next_token_logits, recipe_raises
 
 
@@ -83,7 +83,7 @@ def seen_in(reply) -> dict:
             if event.get("logits") is not None:
                 seen["logits"].append(event["logits"])
         elif event.get("kind") == "multinomial":
-            seen["multinomial"].append([event["shape"], event["samples"]])
+            seen["multinomial"].append([event["shape"], event["samples"], event.get("given_generator")])
     return seen
 
 
@@ -568,9 +568,12 @@ def sampling(t: Tester):
                        f"shape(s) {', '.join(shape_str(s) for s in shapes)}: make exactly one call per step, "
                        f"torch.multinomial(probs, 1, generator=generator) with probs [B, V] = [5, {V}], every row "
                        f"included (finished ones too), so the generator's random numbers are used as the contract says.")
+            elif not any(c[2] for c in calls):         # seen at the call: the caller's generator never reached it
+                t.fail(f"{what} gave {rows_text(tokens, pad)}; with the same generator seed the contract's sampler "
+                       f"gives {rows_text(want, pad)}. Likely cause: {GENERATOR_NOT_PASSED.text}", GENERATOR_NOT_PASSED)
             else:
-                why = ("the distribution checks above passed, so look at what the draws are used for: the generator "
-                       "passed on to torch.multinomial, pad_id for finished rows, the prefix fed back.")
+                why = ("the distribution checks above passed, so look at what the draws are used for: pad_id for "
+                       "finished rows, the prefix fed back.")
             t.fail(f"{what} gave {rows_text(tokens, pad)}; with the same generator seed the contract's sampler gives "
                    f"{rows_text(want, pad)}. {why[0].upper() + why[1:]}", SAMPLING_NOT_REPRODUCIBLE)
         expect_early_stop(t, got, what, 5, steps)
@@ -674,10 +677,13 @@ def expect_beam(t: Tester, case: BeamCase, passed: list):
             text = (" Each item decoded alone (a batch of 1) gives the right result, so something mixes the items of a "
                     "batch: check how memory, src_mask and the hypotheses line up in the [B * beam_size] rows (item b's "
                     "hypotheses are rows b * beam_size ... b * beam_size + beam_size - 1).")
-    digits = 6 if not same_tokens(tokens, want_tokens, pad) else 12          # show where the scores differ
-    t.fail(f"{what} gave tokens {rows_text(tokens, pad)} with scores {[round(s, digits) for s in scores.tolist()]}; "
+    if same_tokens(tokens, want_tokens, pad):        # only the scores differ: show them to where they do
+        t.fail(f"{what} gave the right tokens {rows_text(tokens, pad)}, but the scores "
+               f"{[round(s, 12) for s in scores.tolist()]} where the beam search gives "
+               f"{[round(s, 12) for s in want_scores.tolist()]}.{text}", found)
+    t.fail(f"{what} gave tokens {rows_text(tokens, pad)} with scores {[round(s, 6) for s in scores.tolist()]}; "
            f"the beam search gives {rows_text(want_tokens, pad)} with scores "
-           f"{[round(s, digits) for s in want_scores.tolist()]}.{text}", found)
+           f"{[round(s, 6) for s in want_scores.tolist()]}.{text}", found)
 
 
 def beam_oracle(t: Tester, src, src_mask, max_len, K, alpha):

@@ -7,10 +7,14 @@ CATALOGUE = Catalogue("m6")
 # Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
 CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED = CATALOGUE.plain(
     "cache_not_used", "grad_enabled", "mode_not_restored")
-NO_EARLY_STOP, PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE = CATALOGUE.plain(
-    "no_early_stop", "python_loop", "sampling_not_reproducible")
-SCORES_DTYPE, TEMPERATURE_NOT_CHECKED, TOKENS_DTYPE = CATALOGUE.plain(
-    "scores_dtype", "temperature_not_checked", "tokens_dtype")
+PYTHON_LOOP, SAMPLING_NOT_REPRODUCIBLE = CATALOGUE.plain("python_loop", "sampling_not_reproducible")
+SCORES_DTYPE, TEMPERATURE_NOT_CHECKED = CATALOGUE.plain("scores_dtype", "temperature_not_checked")
+# Seen happening (the steps counted at model.generator, the dtype returned): charged once like a reproduced one.
+NO_EARLY_STOP, TOKENS_DTYPE = CATALOGUE.observed("no_early_stop", "tokens_dtype")
+GENERATOR_NOT_PASSED = CATALOGUE.mistake(
+    "sampling_generator_unused", "torch.multinomial never gets the `generator` argument, so the draws come from "
+    "torch's global random state and the same seed does not give the same tokens: torch.multinomial(probs, 1, "
+    "generator=generator).", observed=True)
 MEMORY_PROJECTED_EVERY_STEP = CATALOGUE.mistake(
     "memory_projected_every_step",
     "the cross-attention keys and values of memory are projected again at every step: compute them once, "

@@ -130,13 +130,17 @@ def recipe_decode(spec, func, src, src_mask, max_len, kwargs, train=True, gen_se
     head.__class__ = type(base.__name__, (base,), {"forward": forward, "__module__": base.__module__})
     real, real_method = torch.multinomial, torch.Tensor.multinomial
 
+    given = torch.Generator().manual_seed(gen_seed) if gen_seed is not None else None
+
     def counted(probs, num_samples, *args, **kw):
-        sys.audit("course.event", {"kind": "multinomial", "shape": list(probs.shape), "samples": num_samples})
+        used = kw.get("generator")                                  # keyword-only in torch.multinomial
+        sys.audit("course.event", {"kind": "multinomial", "shape": list(probs.shape), "samples": num_samples,
+                                   "given_generator": given is not None and used is given})
         return real(probs, num_samples, *args, **kw)
     torch.multinomial = counted
     torch.Tensor.multinomial = lambda self, num_samples, *args, **kw: counted(self, num_samples, *args, **kw)
-    if gen_seed is not None:
-        kwargs = dict(kwargs, generator=torch.Generator().manual_seed(gen_seed))
+    if given is not None:
+        kwargs = dict(kwargs, generator=given)
     try:
         result = getattr(decoding, func)(model, src, src_mask, max_len, *ids, **kwargs)
     finally:
