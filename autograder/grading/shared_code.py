@@ -2,28 +2,51 @@
 
 A known mistake found in two of them is one mistake when both reach the same helper (a `_generate` loop that
 `greedy_decode` and `sample_decode` both call): grade._charge_once charges it once. Helpers are the file's own
-top-level functions and classes that the stub does not declare. Read from the source text with `ast`: the
-student's code is never imported or run here.
+top-level functions and classes that the stub does not declare. Read from the source text with `tokenize`:
+the student's code is never imported or run here, and the `ast` module is not used, because on Python 3.11
+building ASTs in two threads at once (the batch grader and the test suite grade in threads) can fail with
+"AST constructor recursion depth mismatch" in an unrelated caller.
 """
-import ast
+import io
+import keyword
+import tokenize
+
+
+def top_level_names(source: str) -> dict[str, set[str]]:
+    """Each top-level `def` / `class` of `source` -> the names its block mentions. {} when it does not tokenize."""
+    blocks: dict[str, set[str]] = {}
+    current, expect_name, line_start = None, False, True
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if tok.type == tokenize.NEWLINE:
+                line_start = True
+                continue
+            at_margin, line_start = line_start and tok.start[1] == 0, False
+            if at_margin:
+                current = None            # a statement (or decorator) at the margin ends the block before it
+            if at_margin and tok.string in ("def", "class", "async"):
+                expect_name = True
+                continue
+            if expect_name and tok.type == tokenize.NAME and tok.string not in ("def", "class"):
+                current, expect_name = tok.string, False
+                blocks.setdefault(current, set())
+                continue
+            if current is not None and tok.type == tokenize.NAME and not keyword.iskeyword(tok.string):
+                blocks[current].add(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError, ValueError):
+        return {}
+    return blocks
 
 
 def shared_helpers(source: str, api: set[str]) -> dict[str, frozenset[str]]:
     """Each top-level function or class of `source` -> the helpers (top-level defs not in `api`) it reaches
-    through references, directly or through other defs of the file. {} when the text does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return {}
-    defs = {n.name: n for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    try:
-        refers = {name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defs} - {name}
-                  for name, node in defs.items()}
-    except RecursionError:
-        return {}
+    through the names it mentions, directly or through other defs of the file."""
+    blocks = top_level_names(source)
+    refers = {name: (names & set(blocks)) - {name} for name, names in blocks.items()}
     reach = {}
-    for name in defs:
+    for name in blocks:
         seen, todo = set(), list(refers[name])
         while todo:
             other = todo.pop()

@@ -169,3 +169,42 @@ def test_resource_limits_mode_is_said_once_and_correct_code_keeps_full_marks(tmp
     assert cli.main(["grade", str(sub), "-m", "m1", "--sandbox", "rlimits"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("NOT isolated") == 1 and re.search(r"total +20 / 20", printed), printed
+
+
+# ---- which student callables share a helper (grading/shared_code.py) -----------------------------
+
+SHARED = '''
+import torch
+
+def _loop(model, pick):            # the helper both functions run
+    return pick(model)
+
+@staticmethod
+def greedy_decode(model):
+    return _loop(model, lambda m: m)
+
+def sample_decode(model):
+    return _loop(model, lambda m: m)
+
+def beam_search(model):
+    return model
+
+class KVCache:
+    def step(self):
+        return beam_search(self)
+'''
+
+
+def test_shared_helpers_are_found_from_the_text_alone():
+    from autograder.grading.shared_code import common_helper, shared_helpers
+    reach = shared_helpers(SHARED, api={"greedy_decode", "sample_decode", "beam_search", "KVCache"})
+    assert common_helper(reach, "greedy_decode", "sample_decode") == "_loop"
+    assert common_helper(reach, "greedy_decode", "beam_search") is None
+    assert common_helper(reach, "KVCache", "beam_search") is None        # an API function is not a helper
+
+
+@pytest.mark.parametrize("source", ["x = " + "+".join(["1"] * 100_000), "def f(:\n  (", "'''unterminated", "\0\xff"])
+def test_shared_helpers_of_any_text_is_a_plain_answer(source):
+    """No student text makes the analysis raise or hang (it only tokenizes: no ast, which is not thread-safe)."""
+    from autograder.grading.shared_code import shared_helpers
+    assert isinstance(shared_helpers(source, set()), dict)
