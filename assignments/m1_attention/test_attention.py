@@ -429,6 +429,15 @@ def test_inputs_are_not_modified():
             f"out-of-place operations [{group('dtype_inplace')}]")
 
 
+def test_padding_mask_leaves_tokens_unchanged():
+    tokens = torch.tensor([[5, 7, 0, 0], [3, 0, 9, 2]])
+    before = tokens.clone()
+    padding_mask(tokens, 0)
+    assert tokens.shape == before.shape and torch.equal(tokens, before), (
+        f"padding_mask changed its input `tokens` in place (now {list(tokens.shape)}, was {list(before.shape)}): use "
+        f"(tokens != pad_id).unsqueeze(1), not tokens.unsqueeze_(1) [{group('dtype_inplace')}]")
+
+
 def test_gradients_match_pytorch():
     q, k, v = _qkv(2, 2)
     mask = _random_mask(2, 1, 3, 5)

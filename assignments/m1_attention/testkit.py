@@ -57,7 +57,7 @@ TESTS_OF_GROUP = {
     'gradients': ['test_gradients_match_pytorch', 'test_gradients_finite_for_a_fully_masked_row'],
     'vectorization': ['test_softmax_has_no_loop_and_no_forbidden_functions', 'test_attention_has_no_loop_and_no_forbidden_functions'],
     'from_scratch': ['test_softmax_has_no_loop_and_no_forbidden_functions', 'test_attention_has_no_loop_and_no_forbidden_functions'],
-    'dtype_inplace': ['test_softmax_keeps_dtype_and_input', 'test_float32_inputs_stay_float32', 'test_inputs_are_not_modified'],
+    'dtype_inplace': ['test_softmax_keeps_dtype_and_input', 'test_float32_inputs_stay_float32', 'test_inputs_are_not_modified', 'test_padding_mask_leaves_tokens_unchanged'],
     'dropout': ['test_dropout_drops_and_rescales', 'test_dropout_draws_each_weight', 'test_no_dropout_when_p_is_zero'],
 }
 

@@ -357,7 +357,7 @@ class Tester:
             idx = tuple(torch.nonzero(diff == diff.max())[0].tolist())
             where = f" The largest difference is at index {list(idx)}:" if idx else ""     # none for a scalar
             message = (f"{what}: wrong values.{where} {diagnosis.number_pair(e[idx].item(), a[idx].item())} "
-                       f"(relative error {diagnosis.relative_error(a, e):.2g}).")
+                       f"(relative error {diagnosis.relative_error(a, e):.2g}, against the largest expected value).")
         cause = self.explain(actual, expected, mistakes, probes, atol, rtol, inputs_dtype)
         if cause is not None:
             raise CheckFailed(f"{message} Likely cause: {cause.text}", cause)
@@ -499,6 +499,7 @@ class CheckResult:
     invoked: tuple[str, ...] = field(default=())  # student callables the group ran
     failed_on: str = ""          # the student callable of the request before the failure
     reproduced: bool = False     # the named cause is a mistake whose own computation the judge ran (or it was seen)
+    cause_home: str = ""         # the group that cause is charged in on a tie (Mistake.home)
     note: str = ""               # e.g. graded with a stand-in for a function that failed above
     stand_ins: tuple[str, ...] = field(default=())
     blamed: tuple[str, ...] = field(default=())   # student callables this group proved wrong

@@ -36,13 +36,14 @@ class Mistake:
     text: str = ""
     reproduce: Callable | None = field(default=None, compare=False, repr=False)
     observed: bool = field(default=False, compare=False)
+    home: str = field(default="", compare=False)   # the group it is charged in when groups of equal worth fail on it
 
     def __call__(self, *args, **kwargs):
         return self.reproduce(*args, **kwargs)
 
     def saying(self, text: str) -> "Mistake":
         """The same mistake, with a sentence that names what this input showed."""
-        return Mistake(self.id, text, self.reproduce, self.observed)
+        return Mistake(self.id, text, self.reproduce, self.observed, self.home)
 
 
 @dataclass
@@ -56,8 +57,8 @@ class Catalogue:
     entries: dict[str, list[Mistake]] = field(default_factory=dict)
 
     def mistake(self, mid: str, text: str = "", *, kind: str | None = None, reproduce: Callable | None = None,
-                observed: bool = False) -> Mistake:
-        m = Mistake(mid, text, reproduce, observed)
+                observed: bool = False, home: str = "") -> Mistake:
+        m = Mistake(mid, text, reproduce, observed, home)
         known = MISTAKES.setdefault(self.milestone, {})
         # One id may be declared again with its own sentence (another computation of it, or another piece of
         # evidence for it), never without one: a failure naming it would not say what the catalogue says.
@@ -76,8 +77,8 @@ class Catalogue:
         """Like `plain`, for mistakes a check sees happen (Mistake.observed)."""
         return tuple(self.mistake(mid, observed=True) for mid in ids)
 
-    def entry(self, kind: str, mid: str, text: str):
-        return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn)
+    def entry(self, kind: str, mid: str, text: str, home: str = ""):
+        return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn, home=home)
 
     def deviations(self, kind: str, judge: Callable, table) -> list[tuple[Mistake, dict]]:
         """Register each (id, text, switches) of `table` as `judge(*args, **switches)`: a mistake that

@@ -271,7 +271,8 @@ def _charge_once(results: list[CheckResult], helpers: dict[str, frozenset[str]] 
                 clusters.remove(c)
             clusters.append([o for c in joined for o in c] + [r])
     for same in (c for clusters in by_cause.values() for c in clusters):
-        owner = max(same, key=lambda r: r.max_score)       # max keeps the first of equals
+        # the group worth the most; among equals the mistake's home group (Mistake.home), else the first
+        owner = max(same, key=lambda r: (r.max_score, r.name == r.cause_home))
         for r in same:
             if r is not owner:
                 r.score, r.charged_in = r.max_score, owner.name
@@ -279,7 +280,7 @@ def _charge_once(results: list[CheckResult], helpers: dict[str, frozenset[str]] 
                     else None
                 why = (f"; `{owner.failed_on}` and `{r.failed_on}` both run your `{helper}`, so it is one mistake"
                        if helper else "")
-                r.message = f"Same mistake as in `{owner.name}`, charged there (so not here{why}): {r.cause_text}"
+                r.message = f"Same mistake as in `{owner.name}`, charged there (so not here{why}): {owner.cause_text}"
     by_name = {r.name: r for r in results}
     for r in results:          # a style group kept its points for a failure charged in a group now forgiven
         owner = by_name.get(r.charged_in)
@@ -407,6 +408,7 @@ def _attempt(result: CheckResult, tester: Tester, spec: Group, points: int) -> N
         result.message, result.cause, result.cause_text = str(e), e.cause, e.cause_text
         result.reproduced = e.mistake is not None and (e.mistake.reproduce is not None or e.mistake.observed)
         result.failed_on = e.failed_on
+        result.cause_home = e.mistake.home if e.mistake is not None else ""
     except WorkerLost as e:   # the worker could not start, or died importing the student's file
         result.message = f"Your code could not be run: {e.reason}."
     except Exception:

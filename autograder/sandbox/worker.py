@@ -331,8 +331,11 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
             first_name.setdefault(id(m), name)
         shared = sorted(name for name, m in mods if name and first_name[id(m)] != name)
         shared = [k for k in shared if not any(k.startswith(o + ".") for o in shared)]
+        # each later name -> the name the same module object was first reached by (a second name is not sharing)
+        mod_of = dict(mods)
+        shared_with = {k: first_name[id(mod_of[k])] for k in shared}
         return {"mods": mods, "params": unique, "tied": [g for g in groups.values() if len(g) > 1],
-                "buffers": dict(buffers), "shared": shared}
+                "buffers": dict(buffers), "shared": shared, "shared_with": shared_with}
 
     # ---- operations -----------------------------------------------------------------------------
     def op_import(req):
@@ -490,7 +493,7 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
                 "submodules": sorted({f"nn.{type_name(type(m))}" for _, m in st["mods"]
                                       if type(m).__module__.startswith("torch.")}),
                 "children": {k: type_name(type(m)) for k, m in st["mods"] if k},
-                "shared": st["shared"]}
+                "shared": st["shared"], "shared_with": st["shared_with"]}
 
     def load_given(req, obj):
         """The request's dtype, then its parameters and buffers, into the module; an error reply, or None."""

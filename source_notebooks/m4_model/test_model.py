@@ -470,12 +470,19 @@ def test_model_passes_every_setting_on():
         model(torch.randint(0, 11, (1, 13)), tgt[:1])                   # longer than max_len
     model.train()
     x = torch.randn(8, 12, D, dtype=torch.float64)                      # 1536 values
-    out = model.pos_encoding(x)
-    kept = out != 0
-    share = 1 - kept.double().mean().item()
-    assert abs(share - p) < 0.06 and torch.allclose(out[kept], ((x + model.pos_encoding.pe[:12]) / (1 - p))[kept]), (
-        f"Transformer(dropout={p}).pos_encoding in training mode drops {share:.0%} of x + pe[:L], not about {p:.0%} "
-        f"(the rest divided by 1 - p): pass dropout on to PositionalEncoding(d_model, max_len, dropout) [{group('model')}]")
+    def drops_right(module):
+        out = module(x)
+        kept = out != 0
+        share = 1 - kept.double().mean().item()
+        return share, abs(share - p) < 0.06 and torch.allclose(out[kept], ((x + module.pe[:12]) / (1 - p))[kept])
+    share, right = drops_right(model.pos_encoding)
+    if not right:
+        alone_right = drops_right(PositionalEncoding(D, 12, p).double().train())[1]
+        pytest.fail(f"Transformer(dropout={p}).pos_encoding in training mode drops {share:.0%} of x + pe[:L], not about "
+                    f"{p:.0%} (the rest divided by 1 - p): "
+                    + ("pass dropout on to PositionalEncoding(d_model, max_len, dropout)" if alone_right else
+                       f"PositionalEncoding(d_model, max_len, {p}) built on its own does not do it either, so fix "
+                       f"PositionalEncoding first (its own test names the group)") + f" [{group('model')}]")
     attentions = [(name, m) for name, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
     repeated = _repeated_layers(("encoder", model.encoder), ("decoder", model.decoder))
     assert len(attentions) == 6, (

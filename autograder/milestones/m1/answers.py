@@ -33,31 +33,38 @@ def _weights_in_float32(q, k, v, mask=None, **_):
 
 
 @CATALOGUE.entry("attention", "no_sqrt", "the scores are not divided by sqrt(d_k): divide q @ k^T by "
-                 "math.sqrt(d_k).")
+                 "math.sqrt(d_k).", home="parity")
 def _no_sqrt(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=1.0), v)
 
 
 @CATALOGUE.entry("attention", "scale_from_dim_1", "d_k is read from q's dimension 1 (q.shape[1]), which is d_k only "
                  "for 2-D inputs [L, d_k]: with leading dims it is a length or the number of heads. Read it from the "
-                 "last dimension: d_k = q.size(-1).")
+                 "last dimension: d_k = q.size(-1).", home="parity")
 def _scale_dim_1(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=math.sqrt(q.size(1))), v) if q.dim() > 2 else None
 
 
-@CATALOGUE.entry("attention", "divide_by_dk", "the scores are divided by d_k instead of sqrt(d_k).")
+# (The number of queries q.size(-2) is q.shape[1] for 3-D inputs: that one is scale_from_dim_1's.)
+@CATALOGUE.entry("attention", "scale_from_length", "the scores are divided by the square root of the number of keys "
+                 "(k.size(-2)), not of d_k, the width of q and k: d_k = q.size(-1).", home="parity")
+def _scale_keys(q, k, v, mask=None, **_):
+    return _pair(attention_weights(q, k, mask, scale=math.sqrt(k.size(-2))), v) if k.size(-2) != q.size(-1) else None
+
+
+@CATALOGUE.entry("attention", "divide_by_dk", "the scores are divided by d_k instead of sqrt(d_k).", home="parity")
 def _divide_by_dk(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=float(q.size(-1))), v)
 
 
 @CATALOGUE.entry("attention", "sqrt_dv", "the scores are divided by sqrt(d_v) (the last dimension of v); "
-                 "the scale comes from the keys' width: sqrt(d_k) = sqrt(q.size(-1)).")
+                 "the scale comes from the keys' width: sqrt(d_k) = sqrt(q.size(-1)).", home="parity")
 def _sqrt_dv(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=math.sqrt(v.size(-1))), v) if v.size(-1) != q.size(-1) else None
 
 
 @CATALOGUE.entry("attention", "scale_after_softmax", "the weights are divided by sqrt(d_k) after the softmax; "
-                 "the scaling belongs to the scores, before the softmax (weights must sum to 1).")
+                 "the scaling belongs to the scores, before the softmax (weights must sum to 1).", home="parity")
 def _scale_after_softmax(q, k, v, mask=None, **_):
     return _pair(attention_weights(q, k, mask, scale=1.0) / math.sqrt(q.size(-1)), v)
 

@@ -16,10 +16,10 @@ import torch
 
 from autograder.grading.checks import CheckFailed, Tester, describe, group, shape_str
 from autograder.milestones.m1 import stand_ins  # noqa: F401  (registers the stand-ins)
-from autograder.milestones.m1.answers import SOFTMAX_OVERFLOW, expected_attention, output_grads
+from autograder.milestones.m1.answers import SOFTMAX_OVERFLOW, _weights_in_float32, expected_attention, output_grads
 from autograder.milestones.m1.mistakes import (
     CATALOGUE, CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED,
-    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE, DROPOUT_RENORMALISED,
+    DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY, DROPOUT_NO_RESCALE, DROPOUT_ON_OUTPUT, DROPOUT_RENORMALISED,
     DROPOUT_RESCALE_BY_P, DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED, MASK_NOT_BOOL, NAN_BLOCKED_ROW, NAN_GRADIENT_BLOCKED_ROW,
     OUTPUT_NOT_FROM_WEIGHTS, PADDING_COMPARE, PADDING_MASK_IGNORES_PAD_ID, PADDING_MASK_INVERTED,
     PADDING_MASK_NO_QUERY_DIM,
@@ -454,6 +454,16 @@ def dtype_inplace(t: Tester):
     if not torch.equal(reply["args_after"][0], x):
         t.fail("`softmax` changed its input `x` in place (for example with x -= x.max() or x.exp_()). "
                "Use out-of-place operations so the caller's tensor is left as it was.", INPUT_MODIFIED)
+    if "padding_mask" not in t.values.working:       # wrong, raising or hanging: mask_helpers charges it
+        return
+    tokens = torch.tensor([[5, 7, 0, 0], [3, 0, 9, 2]])
+    reply = t.call("padding_mask", tokens, 0, return_args=True)      # (its values are mask_helpers' business)
+    back = reply["args_after"][0]
+    if not (isinstance(back, torch.Tensor) and back.shape == tokens.shape and torch.equal(back, tokens)):
+        shape = (f" (its shape went from {shape_str(tokens.shape)} to {shape_str(back.shape)})"
+                 if isinstance(back, torch.Tensor) and back.shape != tokens.shape else "")
+        t.fail(f"`padding_mask` changed its input `tokens` in place{shape}. Inputs must not be modified: use "
+               f"out-of-place operations ((tokens != pad_id).unsqueeze(1), not tokens.unsqueeze_(1)).", INPUT_MODIFIED)
 
 
 @group("m1", "dropout", depends=ATTENTION_GROUPS)
@@ -474,10 +484,22 @@ def check_dropout(t: Tester, p, dtype):
     t.expect_tensor(out, f"The output from {what}", shape=exp_out.shape)
     for name, value in (("output", out), ("weights", w)):
         if value.dtype != dtype:
+            # float64 computed in float32, already proven and charged by a group of values: the same mistake again
+            again = value.dtype == torch.float32 and dtype == torch.float64 and \
+                _weights_in_float32.id in t.values.proven
             t.fail(f"The {name} from {what} has dtype {str(value.dtype).replace('torch.', '')}: keep the inputs' "
-                   f"dtype (a dropout mask or tensor of another dtype changes it).", DTYPE_CHANGED)
+                   f"dtype (a dropout mask or tensor of another dtype changes it).",
+                   _weights_in_float32 if again else DTYPE_CHANGED)
     # First: the weights returned must be those the output was made with (at the output's precision).
     mistake = output_not_from_weights(out, w, v)
+    if mistake is not None and t.close(w, exp_w):
+        # Undropped weights, and an output that is theirs with entries zeroed and the rest divided by (1 - p).
+        plain_out = (w.to(exp_out.dtype) @ v)
+        zeroed = out == 0
+        if zeroed.any() and t.close(out[~zeroed].to(exp_out.dtype), plain_out[~zeroed] / (1 - p)):
+            t.fail(f"The output from {what} is not weights @ v for the weights it returns: {zeroed.double().mean():.0%} "
+                   f"of the output's entries are 0 and the others are weights @ v divided by (1 - {p}). Likely cause: "
+                   f"{DROPOUT_ON_OUTPUT.text}", DROPOUT_ON_OUTPUT)
     if mistake is not None:
         t.fail(f"The output from {what} is not weights @ v for the weights it returns. Likely cause: "
                f"{mistake.text}", mistake)

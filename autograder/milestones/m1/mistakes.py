@@ -8,7 +8,8 @@ CAUSAL_IGNORES_DEVICE, CAUSAL_INVERTED, CAUSAL_NO_DIAGONAL, CAUSAL_TRANSPOSED = 
     "causal_ignores_device", "causal_inverted", "causal_no_diagonal", "causal_transposed")
 DROPOUT_BEFORE_SOFTMAX, DROPOUT_IGNORED, DROPOUT_KEEP_PROBABILITY = CATALOGUE.plain(
     "dropout_before_softmax", "dropout_ignored", "dropout_keep_probability")
-DTYPE_CHANGED, GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("dtype_changed", "graph_cut", "input_modified")
+GRAPH_CUT, INPUT_MODIFIED = CATALOGUE.plain("graph_cut", "input_modified")
+DTYPE_CHANGED, = CATALOGUE.observed("dtype_changed")   # seen in what comes back: charged once, like a reproduced one
 NAN_GRADIENT_BLOCKED_ROW = CATALOGUE.mistake(
     "nan_gradient_blocked_row",
     "the forward pass computes a NaN for a row whose keys are all blocked (-inf - (-inf), or 0 / 0) and replaces "
@@ -44,6 +45,10 @@ DROPOUT_RESCALE_BY_P = CATALOGUE.mistake(
     "dropout_rescale_by_p",
     'the weights that survive dropout must be divided by (1 - dropout_p), the probability of keeping '
     'them, not by dropout_p.')
+DROPOUT_ON_OUTPUT = CATALOGUE.mistake(
+    "dropout_on_output",
+    "dropout is applied to the output (weights @ v), and the weights returned are the ones before dropout: drop the "
+    "attention weights themselves, then compute output = weights @ v with the dropped weights and return those.")
 DROPOUT_RENORMALISED = CATALOGUE.mistake(
     "dropout_renormalised",
     "dropout acts before the softmax (dropped keys get -inf, as in DropKey), so the softmax hands their weight to the "

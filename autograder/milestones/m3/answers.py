@@ -67,6 +67,11 @@ LN_MISTAKES = {
     "eps_outside_sqrt": ("eps is added outside the square root (std + eps); it belongs inside: "
                          "(x - mean) / sqrt(var + eps). The difference is tiny at unit scale but large when "
                          "the features vary little.", {"eps_outside": True}),
+    "annotated_layer_norm": ("this is the Annotated Transformer's LayerNorm, a_2 * (x - mean) / (std + eps) + b_2, "
+                             "which differs from this course's (and torch.nn.LayerNorm's) twice: x.std() is the "
+                             "unbiased one (divided by d_model - 1) and eps is outside the square root. Use the biased "
+                             "variance with eps inside: (x - mean) / sqrt(var + eps), var = ((x - mean) ** 2).mean(-1).",
+                             {"unbiased": True, "eps_outside": True}),
     "normalises_last_two_dims": ("the statistics run over the last two dimensions; LayerNorm normalises each "
                                  "position's features only: mean and variance over dim=-1.", {"dims": (-2, -1)}),
     "normalises_dim_1": ("the statistics run over dim 1; they must run over the last dimension (dim=-1), "

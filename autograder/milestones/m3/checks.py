@@ -681,8 +681,11 @@ def structure(t: Tester):
             if kids.get(name) != want[name]:
                 t.fail(f"{cls}.{name} should be a {want[name]} (the one of {'multihead' if 'attn' in name else 'blocks'}"
                        f".py), but it is {kids.get(name) or 'missing'}.", SUBMODULE_KINDS)
-        if reply["shared"]:
-            t.fail(f"In {cls}, {', '.join(reply['shared'])} is the same module object as another submodule: each "
+        # Two sub-layers of the stub that are one object; the same module under a second name of the student's
+        # (an Annotated-Transformer sublayer[i].norm that is norm1) is not sharing.
+        shared = {k: v for k, v in reply["shared_with"].items() if k in names and v in names}
+        if shared:
+            t.fail(f"In {cls}, {', '.join(f'{k} is the same module object as {v}' for k, v in shared.items())}: each "
                    f"sub-layer needs its own weights.", SHARED_SUBMODULE)
         if reply["attrs"][0].get("norm_first") is not norm_first:
             t.fail(f"{cls}(..., norm_first={norm_first}).norm_first should be {norm_first}.", NORM_FIRST_ATTRIBUTE)

@@ -422,9 +422,11 @@ def stacks(t: Tester):
                 t.fail(f"{cls}.layers should be an nn.ModuleList of layers (a plain Python list hides their "
                        f"parameters from the model: they are not trained, not moved, not counted); it is "
                        f"{kids.get('layers') or 'not a submodule'}.", LAYERS_NOT_MODULELIST)
-            if reply["shared"]:
-                t.fail(f"In {cls}(3, ...), {', '.join(reply['shared'])} is the same layer object as another: each "
-                       f"layer needs its own weights (build a new layer for each, not [layer] * num_layers).",
+            shared = {k: v for k, v in reply["shared_with"].items()       # a layer reached twice in `layers`
+                      if re.fullmatch(r"layers\.\d+", k) and re.fullmatch(r"layers\.\d+", v)}
+            if shared:
+                t.fail(f"In {cls}(3, ...), {', '.join(f'{k} is the same layer object as {v}' for k, v in shared.items())}"
+                       f": each layer needs its own weights (build a new layer for each, not [layer] * num_layers).",
                        SHARED_SUBMODULE)
             layers = [k for k, v in kids.items() if k.startswith("layers.") and k.count(".") == 1]
             if len(layers) != 3:

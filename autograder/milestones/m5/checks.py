@@ -30,7 +30,7 @@ from autograder.milestones.m5.mistakes import (
     EVALUATE_MODE_NOT_RESTORED, EVALUATE_NO_TOKENS, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
     GRAPH_CUT, INPUT_MODIFIED, LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
     NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
-    TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
+    DECODE_PAST_EOS, DECODE_STOPS_AT_PAD, TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
     TOKENIZER_VOCAB_SIZE, TRAIN_MODE_BY_FLAG, WRONG_LOSS_RETURNED)
 from autograder.milestones.m5.recipes import (  # noqa: F401  (WORKER_PRELOAD: read here by grade.worker_preload)
     WORKER_PRELOAD, recipe_decode, recipe_evaluate, recipe_learn, recipe_optimizer, recipe_tokenizer, recipe_train)
@@ -90,8 +90,24 @@ def tokenizer(t: Tester):
             t.fail(f"`CharTokenizer({texts}).decode({ids})` raised {have['error']}: {have['message']}; it should return "
                    f"{want!r}.{unk}", TOKENIZER_DECODE)
         if have != want:
+            known = diagnosis.reproducing([(DECODE_PAST_EOS, _decoded(ids, stoi, stop=(), skip=(PAD, BOS, EOS))),
+                                 (DECODE_STOPS_AT_PAD, _decoded(ids, stoi, stop=(EOS, PAD), skip=(BOS,)))],
+                                lambda theirs: theirs == have)
             t.fail(f"decode({ids}) should be {want!r} (stop at the first <eos>, skip <pad> and <bos>, write <unk> as the "
-                   f"five characters '<unk>'), but it is {describe(have)}.", TOKENIZER_DECODE)
+                   f"five characters '<unk>'), but it is {describe(have)}."
+                   + (f" Likely cause: {known.text}" if known else ""), known or TOKENIZER_DECODE)
+
+
+def _decoded(ids, stoi, stop, skip):
+    """What a decode that ends at the ids in `stop` and leaves out those in `skip` returns."""
+    itos = {i: c for c, i in stoi.items()}
+    out = []
+    for i in ids:
+        if i in stop:
+            break
+        if i not in skip:
+            out.append("<unk>" if i == UNK else itos.get(i, ""))
+    return "".join(out)
 
 
 def _encode_raised(t: Tester, texts, text, error, want, stoi):

@@ -98,3 +98,10 @@ ALL_PAD_LOSS_ZERO = CATALOGUE.mistake(
     "the 0 / 0 of a batch with no non-pad target is turned into 0 (a count clamped to at least 1, or a special "
     "case): divide the summed cost by the number of non-pad positions as it is, so that, like F.cross_entropy, the "
     "loss is NaN then.")
+# decode's own known mistakes, each checked by rewriting the ids the way it reads them (checks.tokenizer)
+DECODE_PAST_EOS = CATALOGUE.mistake(
+    "decode_past_eos", "decode skips <eos> like <pad> and <bos> and reads on, so what follows the first <eos> ends up "
+    "in the text: stop at the first eos_id (break), and skip only pad_id and bos_id.")
+DECODE_STOPS_AT_PAD = CATALOGUE.mistake(
+    "decode_stops_at_pad", "decode stops at <pad> as at <eos>; only the first eos_id ends the text, a pad_id is "
+    "skipped and reading goes on.")
