@@ -15,7 +15,7 @@ MEASURED_SECONDS = 1.4   # cold `pytest -q` here, reference files, 2 cores (medi
 
 GROUPS = {
     'layer_norm': (3, 'LayerNorm vs torch.nn.LayerNorm: any leading dims, biased variance, eps inside the sqrt and the eps you are given (inputs with a large mean and tiny spread), float32 and float64, parameters weight and bias, the input left unchanged'),
-    'feed_forward': (2, 'linear2(dropout(activation(linear1(x)))) with relu and the exact gelu'),
+    'feed_forward': (2, 'linear2(activation(linear1(x))) in eval mode, with relu and the exact gelu (where its dropout goes: `dropout`)'),
     'encoder_layer': (3, 'EncoderLayer vs torch.nn.TransformerEncoderLayer with the same weights: post-LN and pre-LN, relu and gelu, masks, float32; the inputs left unchanged'),
     'decoder_layer': (3, 'DecoderLayer vs torch.nn.TransformerDecoderLayer: causal and padding masks, Ls != Lt, post-LN and pre-LN, float32; the inputs left unchanged'),
     'gradients': (2, "gradients of every parameter and of the inputs (x, memory) match PyTorch's"),
@@ -54,7 +54,7 @@ TESTS_OF_GROUP = {
     'decoder_layer': ['test_decoder_layer_matches_pytorch', 'test_layers_without_masks_match_pytorch', 'test_layers_in_float32', 'test_layers_leave_their_inputs_unchanged'],
     'gradients': ['test_gradients_reach_everything'],
     'behaviour': ['test_decoder_layer_does_not_look_ahead_with_a_causal_mask', 'test_eval_mode_has_no_dropout', 'test_residual_dropout_on_each_sublayer_output'],
-    'dropout': ['test_eval_mode_has_no_dropout', 'test_residual_dropout_on_each_sublayer_output', 'test_layer_dropout_reaches_attention_and_feed_forward'],
+    'dropout': ['test_feedforward_dropout_on_hidden_activations', 'test_eval_mode_has_no_dropout', 'test_residual_dropout_on_each_sublayer_output', 'test_layer_dropout_reaches_attention_and_feed_forward'],
     'structure': ['test_rejects_unknown_activation', 'test_encoder_layer_matches_pytorch', 'test_decoder_layer_matches_pytorch', 'test_submodule_names'],
     'vectorization': ['test_no_loops'],
     'from_scratch': ['test_no_forbidden_functions'],

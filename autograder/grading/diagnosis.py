@@ -10,6 +10,7 @@ Three steps, simplest explanation first:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
@@ -265,8 +266,9 @@ ERROR_PATTERNS = [
 
 
 def error_cause(message: str) -> Mistake | None:
-    """The Mistake an error message names by itself, if any."""
+    """The Mistake an error message names by itself, if any. It is seen (Mistake.observed): the same crash met
+    by several groups in one student callable is one mistake, charged once."""
     for pattern, mistake in ERROR_PATTERNS:
         if re.search(pattern, message or ""):
-            return mistake
+            return dataclasses.replace(mistake, observed=True)
     return None

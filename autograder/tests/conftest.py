@@ -10,6 +10,8 @@ the whole suite keeps both cores busy.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import shutil
 import tempfile
 import threading
@@ -20,6 +22,21 @@ import pytest
 
 from autograder import config
 from derived import subject_files, subject_text
+
+# Python 3.11 keeps the ast module's recursion counter per interpreter, not per thread: two threads building ASTs
+# at once (a grading lane reading a subject with derived.py while pytest formats a failure) can fail with
+# "SystemError: AST constructor recursion depth mismatch". The suite builds every AST under one lock.
+_AST_LOCK = threading.RLock()
+_parse = ast.parse
+
+
+@functools.wraps(_parse)
+def _locked_parse(*args, **kwargs):
+    with _AST_LOCK:
+        return _parse(*args, **kwargs)
+
+
+ast.parse = _locked_parse
 
 HERE = Path(__file__).resolve().parent
 # Read at import: parametrize lists are built at collection, before any fixture exists.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import textwrap
 
 import pytest
@@ -138,3 +139,10 @@ def test_every_rule_that_costs_points_is_written_where_students_read(m):
     for f in m.files:
         assert f"- `{f}` (graded automatically)." in grading
     assert f"`{m.folder}.ipynb`, with your answers" in grading
+
+
+@pytest.mark.parametrize("m", COURSE.milestones, ids=lambda m: m.id)
+def test_written_questions_are_listed_in_the_notebook_order(m):
+    """The README lists the written questions in course.yaml's order; the notebook asks them in its own."""
+    asked = re.findall(r"<!-- written: (\w+) -->", (COURSE.root / "solutions" / m.folder / "notebook.md").read_text())
+    assert [w.id for w in m.written] == asked

@@ -403,7 +403,15 @@ def test_stable_for_large_scores():
 def test_float32_inputs_stay_float32():
     q, k, v = _qkv(3, 2, dtype=torch.float32)
     mask = _random_mask(3, 1, 1, 5)
-    out, w = scaled_dot_product_attention(q, k, v, mask)
+    try:
+        out, w = scaled_dot_product_attention(q, k, v, mask)
+    except pytest.fail.Exception as failure:
+        if re.search(r"expected (scalar type|m1 and m2 to have the same dtype)|found dtype \w+ but expected",
+                     str(failure.__cause__)):
+            pytest.fail(f"{failure.msg.rstrip('.')}. With float32 inputs two tensors of different dtypes met: something "
+                        f"inside is created or converted as float64 (.double(), a float64 tensor); keep the inputs' "
+                        f"dtype [{group('parity')}]")
+        raise
     assert out.dtype == torch.float32 and w.dtype == torch.float32, (
         f"float32 inputs should give float32 output and weights, got {out.dtype} and {w.dtype} "
         f"[{group('dtype_inplace')}]")

@@ -365,7 +365,7 @@ def test_feedforward_dropout_on_hidden_activations():
                     + (f"{zeros:.0%} of yours are 0, so values are dropped after linear2: the dropout belongs on the "
                        "hidden activations, between the activation and linear2" if zeros else
                        f"yours range from {got.min().item():.4g} to {got.max().item():.4g}, so something after linear2 "
-                       "changes them") + f" [{group('feed_forward')}]")
+                       "changes them") + f" [{group('dropout')}]")
     with torch.no_grad():                                                 # now the output is drop(gelu(linear1(x)))
         ff.linear2.weight.copy_(torch.eye(W))
         ff.linear2.bias.zero_()
@@ -379,7 +379,7 @@ def test_feedforward_dropout_on_hidden_activations():
                     f"{cause('ffn_activation_ignored')} [{group('feed_forward')}]")
     assert 0.35 < kept.double().mean() < 0.65, (
         "FeedForward(dropout=0.5) in training mode does not drop about half of its hidden activations "
-        f"(kept {kept.double().mean():.0%}): linear2(dropout(activation(linear1(x)))) [{group('feed_forward')}]")
+        f"(kept {kept.double().mean():.0%}): linear2(dropout(activation(linear1(x)))) [{group('dropout')}]")
     if not torch.allclose(out[kept], 2 * h[kept], atol=1e-12):
         lin = ff.linear1(x)
         hint = _known(out[kept], {
@@ -389,7 +389,7 @@ def test_feedforward_dropout_on_hidden_activations():
         }, 0, 1e-12)
         pytest.fail("FeedForward(dropout=0.5, activation='gelu') in training mode, linear2 the identity: the kept "
                     f"hidden values should be gelu(linear1(x)) / (1 - p): {_diff(out[kept], 2 * h[kept], 0, 1e-12)}."
-                    f"{hint} [{group('feed_forward')}]")
+                    f"{hint} [{group('dropout')}]")
 
 
 # ------------------------------------------------------------------------ layers vs PyTorch
