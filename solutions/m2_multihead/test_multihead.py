@@ -364,7 +364,7 @@ def test_training_output_is_computed_with_the_stored_weights():
     assert _close(out, want), (
         f"in training mode (dropout={p}), the output is not w_o(merge_heads(self.attn_weights @ v)) computed with the "
         f"weights forward stored (after dropout): {_diff(out, want)}. Dropout acts on the attention weights only"
-        + (f". {cause('dropout_on_output_too')}" if twice else "") + f" [{group('dropout')}]")
+        + (f". {cause('dropout_on_output_too')}" if twice else "") + f".{_unless_heads()} [{group('dropout')}]")
 
 
 # ---------------------------------------------------------------------- rules: inputs, loops, APIs
@@ -374,7 +374,11 @@ def test_inputs_are_not_modified():
     q, k, v = torch.randn(3, 4, 8, dtype=torch.float64), torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 5, 8, dtype=torch.float64)
     for mask in (_padding(3, 5)[:, None, :], torch.ones(3, 4, 5, dtype=torch.bool).tril()):
         before = [t.clone() for t in (q, k, v, mask)]
-        _forward_as_is(mha, q, k, v, mask)                   # the inputs themselves, to see whether they change
+        try:
+            _forward_as_is(mha, q, k, v, mask)               # the inputs themselves, to see whether they change
+        except pytest.fail.Exception as failure:
+            pytest.fail(f"{failure.msg.rstrip('.')}. This test can only look at the inputs once forward runs: the "
+                        f"parity tests explain this error [{group('parity')}]")
         for name, t, b in zip(("query", "key", "value", "mask"), (q, k, v, mask), before):
             if t.shape != b.shape:
                 grown = next((f" (that is {name}.unsqueeze_({d}))" for d in (1, -3, 0, -1)

@@ -42,7 +42,7 @@ CAUSES = {
 TESTS_OF_GROUP = {
     'shapes': ['test_shapes', 'test_inputs_are_not_modified'],
     'split_merge': ['test_split_heads_layout', 'test_merge_heads_inverts_split'],
-    'parity': ['test_bias_false_has_no_bias', 'test_matches_pytorch_with_padding_mask', 'test_matches_pytorch_with_a_causal_mask', 'test_cross_attention_weights_and_gradients_match_pytorch'],
+    'parity': ['test_bias_false_has_no_bias', 'test_matches_pytorch_with_padding_mask', 'test_matches_pytorch_with_a_causal_mask', 'test_cross_attention_weights_and_gradients_match_pytorch', 'test_inputs_are_not_modified'],
     'head_weights': ['test_shapes', 'test_cross_attention_weights_and_gradients_match_pytorch', 'test_training_output_is_computed_with_the_stored_weights'],
     'dropout': ['test_dropout_only_in_training', 'test_dropout_rate', 'test_training_output_is_computed_with_the_stored_weights'],
     'gradients': ['test_cross_attention_weights_and_gradients_match_pytorch'],

@@ -382,6 +382,13 @@ def test_feedforward_dropout_on_hidden_activations():
         f"(kept {kept.double().mean():.0%}): linear2(dropout(activation(linear1(x)))) [{group('dropout')}]")
     if not torch.allclose(out[kept], 2 * h[kept], atol=1e-12):
         lin = ff.linear1(x)
+        with torch.no_grad():
+            plain = ff.eval()(x)                 # linear2 is the identity: this is activation(linear1(x)) itself
+            ff.train()
+        if not torch.allclose(plain, h, atol=1e-12):
+            pytest.fail(f"FeedForward(dropout=0.5, activation='gelu') differs from linear2(gelu(linear1(x))) already in "
+                        f"eval mode ({_diff(plain, h, 0, 1e-12)}), so its dropout cannot be judged here: fix that first "
+                        f"(test_feedforward) [{group('feed_forward')}]")
         hint = _known(out[kept], {
             "Yours are gelu(2 * linear1(x)): the dropout comes before the activation; it goes after it.":
                 F.gelu(2 * lin)[kept],
@@ -683,6 +690,13 @@ def test_layer_dropout_reaches_attention_and_feed_forward(decoder):
         f"activations, not about {p:.0%}: build it with the layer's dropout, FeedForward(d_model, d_ff, dropout, "
         f"activation) [{group('dropout')}]")
     if not torch.allclose(out[kept], h[kept] / (1 - p), atol=1e-12):
+        with torch.no_grad():
+            plain = ff.eval()(xs)                # linear2 is the identity: activation(linear1(x)) itself
+            ff.train()
+        if not torch.allclose(plain, h, atol=1e-12):
+            pytest.fail(f"{cls.__name__}(dropout={p}, activation='gelu'): its feed_forward differs from "
+                        f"linear2(gelu(linear1(x))) already in eval mode ({_diff(plain, h, 0, 1e-12)}), so its dropout "
+                        f"cannot be judged here: fix FeedForward first (test_feedforward) [{group('feed_forward')}]")
         hint = _known(out[kept], {
             "Yours are gelu(linear1(x) / (1 - p)): the dropout comes before the activation; it goes after it.":
                 F.gelu(lin / (1 - p))[kept]}, 0, 1e-12)

@@ -49,7 +49,7 @@ CAUSES = {
 # the public tests whose failure messages name each group (what check(group) runs)
 TESTS_OF_GROUP = {
     'layer_norm': ['test_layernorm_parameters', 'test_layernorm_matches_pytorch', 'test_layernorm_uses_its_eps', 'test_layernorm_keeps_float32'],
-    'feed_forward': ['test_feedforward', 'test_feedforward_dropout_on_hidden_activations'],
+    'feed_forward': ['test_feedforward', 'test_feedforward_dropout_on_hidden_activations', 'test_layer_dropout_reaches_attention_and_feed_forward'],
     'encoder_layer': ['test_encoder_layer_matches_pytorch', 'test_layers_without_masks_match_pytorch', 'test_layers_in_float32', 'test_layers_leave_their_inputs_unchanged'],
     'decoder_layer': ['test_decoder_layer_matches_pytorch', 'test_layers_without_masks_match_pytorch', 'test_layers_in_float32', 'test_layers_leave_their_inputs_unchanged'],
     'gradients': ['test_gradients_reach_everything'],
