@@ -25,7 +25,7 @@ NEXT_TOKEN_LOGITS_WRONG = CATALOGUE.mistake(
 NOT_EVAL_MODE = CATALOGUE.mistake(
     "not_eval_mode",
     'the model ran in training mode, so dropout changed its outputs at random: call model.eval() first '
-    '(and put the mode back at the end).')
+    '(and put the mode back at the end).', observed=True)     # seen at each step: charged once
 NUMPY_WORK = CATALOGUE.mistake(
     "numpy_work",
     'part of the computation ran in numpy, where no work can be counted.')
