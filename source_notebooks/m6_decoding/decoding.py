@@ -148,8 +148,8 @@ def beam_search(model, src, src_mask, max_len, bos_id, eos_id, pad_id, beam_size
         (tokens [B, T] int64, scores [B]): tokens as in greedy_decode (bos_id first, pad_id after
         eos_id, T <= max_len + 1); scores are the winners' normalised scores, in the dtype of the
         logits model.generator returns (float64 for a model.double(), else float32): take it from
-        a tensor the model gives you (the logits, or memory), not from the model's parameters,
-        which the checks' scripted models may not have. With beam_size=1 the tokens are
+        those logits (or their log_softmax), not from the model's parameters, which the checks'
+        scripted models may not have. With beam_size=1 the tokens are
         greedy_decode's tokens. An item's result does not depend on the other items of the batch.
     """
     # TODO: encode once; repeat memory and src_mask beam_size times per item ([B*K, ...], repeat_interleave).
