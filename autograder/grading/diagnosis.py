@@ -10,7 +10,6 @@ Three steps, simplest explanation first:
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
@@ -231,44 +230,49 @@ PYTHON_LOOP = Mistake("python_loop")
 NUMPY_WORK = Mistake("numpy_work", "part of the computation ran in numpy, where no loop can be seen.")
 
 # Errors whose message alone says what went wrong, whatever the milestone: (pattern, Mistake).
+def _seen(mid: str, text: str) -> Mistake:
+    """A mistake an error message names by itself: seen happen (Mistake.observed), so the same crash met by
+    several groups in one student callable is one mistake, charged once."""
+    return Mistake(mid, text, observed=True)
+
+
 ERROR_PATTERNS = [
     (r"leaf Variable that requires grad is being used in an in-place operation",
-     Mistake("input_modified", "an input is changed in place (for example q /= math.sqrt(d_k) or "
+     _seen("input_modified", "an input is changed in place (for example q /= math.sqrt(d_k) or "
              "x.masked_fill_(...)): inputs must be left as they are; use out-of-place operations "
              "(q = q / ..., masked_fill).")),
     (r"modified by an inplace operation",
-     Mistake("inplace_breaks_autograd", "a tensor that autograd still needs is changed in place (for example "
+     _seen("inplace_breaks_autograd", "a tensor that autograd still needs is changed in place (for example "
              "x -= x.max() or w.masked_fill_(...)): use out-of-place operations (x = x - m, masked_fill).")),
     (r"view size is not compatible with input tensor's size and stride",
-     Mistake("view_after_transpose", ".view() after .transpose() needs a contiguous tensor: use .reshape(...) or "
+     _seen("view_after_transpose", ".view() after .transpose() needs a contiguous tensor: use .reshape(...) or "
              ".contiguous().view(...).")),
     (r"(expected (scalar type|m1 and m2 to have the same dtype)|found dtype \w+ but expected)",
-     Mistake("dtype_mismatch", "two tensors of different dtypes meet (float32 and float64): a tensor created "
+     _seen("dtype_mismatch", "two tensors of different dtypes meet (float32 and float64): a tensor created "
              "or converted inside your code has another dtype than the inputs; create new tensors with the "
              "input's dtype (dtype=x.dtype) and do not convert with .float() / .double().")),
     (r"The shape of the mask \[.*\] at index \d+ does not match the shape of the indexed tensor",
-     Mistake("bool_index_mask", "indexing with a boolean mask (scores[~mask] = ...) does not broadcast the mask: "
+     _seen("bool_index_mask", "indexing with a boolean mask (scores[~mask] = ...) does not broadcast the mask: "
              "use scores.masked_fill(~mask, float('-inf')), which does.")),
     (r"shape '\[.*\]' is invalid for input of size \d+",
-     Mistake("reshape_wrong_size", "a reshape/view asks for a shape with another number of elements than the "
+     _seen("reshape_wrong_size", "a reshape/view asks for a shape with another number of elements than the "
              "tensor has: take each tensor's sizes from that tensor (for example the key's length for keys and "
              "values, which can differ from the query's length).")),
     (r"(must be tuple of ints, but found element of type float|got float|expected int.*float)",
-     Mistake("float_size", "a size is a float (for example d_model / num_heads): use integer division, "
+     _seen("float_size", "a size is a float (for example d_model / num_heads): use integer division, "
              "d_model // num_heads.")),
     (r"cannot assign module before Module.__init__\(\) call",
-     Mistake("super_init_late", "super().__init__() must run first in __init__, before any submodule or "
+     _seen("super_init_late", "super().__init__() must run first in __init__, before any submodule or "
              "parameter is created.")),
     (r"Expected all tensors to be on the same device",
-     Mistake("device_mismatch", "tensors on different devices meet: create new tensors on the input's device "
+     _seen("device_mismatch", "tensors on different devices meet: create new tensors on the input's device "
              "(device=x.device).")),
 ]
 
 
 def error_cause(message: str) -> Mistake | None:
-    """The Mistake an error message names by itself, if any. It is seen (Mistake.observed): the same crash met
-    by several groups in one student callable is one mistake, charged once."""
+    """The Mistake an error message names by itself, if any."""
     for pattern, mistake in ERROR_PATTERNS:
         if re.search(pattern, message or ""):
-            return dataclasses.replace(mistake, observed=True)
+            return mistake
     return None

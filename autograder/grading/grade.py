@@ -17,6 +17,7 @@ How points follow mistakes (the same for every milestone): one mistake costs poi
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import time
@@ -34,9 +35,9 @@ from autograder import config
 from autograder.grading import checks
 from autograder.grading.checks import ChargedAbove, CheckFailed, CheckResult, Group, NotJudged, Session, Tester, Values
 from autograder.sandbox import protocol
-from autograder.sandbox.client import Worker, WorkerLost
 from autograder.grading.shared_code import common_helper, shared_helpers
 from autograder.grading.submission import GradedFile, prepared
+from autograder.sandbox.client import Worker, WorkerLost
 
 
 @dataclass
@@ -241,13 +242,17 @@ class Grading:
 
 def _helpers(course: config.Course, m: config.Milestone, folder: Path) -> dict[str, frozenset[str]]:
     """The student file's callables -> the helpers of their own they run (shared_code), read as text."""
-    own = folder / m.files[0]
-    reference = course.root / "solutions" / m.folder / m.files[0]
     try:
-        api = set(shared_helpers(reference.read_text(), set()))
-        return shared_helpers(own.read_text(errors="replace"), api)
+        return shared_helpers((folder / m.files[0]).read_text(errors="replace"),
+                              _api(course.root / "solutions" / m.folder / m.files[0]))
     except OSError:
         return {}
+
+
+@functools.lru_cache(maxsize=None)
+def _api(reference: Path) -> frozenset[str]:
+    """The top-level names the stub declares (read once per milestone, not once per submission)."""
+    return frozenset(shared_helpers(reference.read_text(), set()))
 
 
 def _is_style(groups: dict[str, Group], name: str) -> bool:
