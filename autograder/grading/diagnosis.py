@@ -13,9 +13,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, NamedTuple
 
 import torch
+import yaml
 
 # float32 rounding seen between correct float32 and float64 computations of the course's functions
 FLOAT32_REL = 1e-5
@@ -23,6 +25,19 @@ FLOAT32_ABS = 1e-5
 
 
 MISTAKES: dict[str, dict[str, "Mistake"]] = {}     # milestone -> id -> every mistake it declares
+
+
+class Row(NamedTuple):
+    """One row of a deviations.yaml table; `only`: "pre" or "post" where it can happen in one layout only."""
+    id: str
+    text: str
+    switches: dict
+    only: str | None = None
+
+
+@functools.cache
+def _tables(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class Catalogue:
     CATALOGUE and the mistakes a check recognises from its own evidence (a declaration without text: the check's
     message says it); the ones the judge recomputes are declared beside their computations, in answers.py."""
     milestone: str
+    tables: Path | None = None       # the milestone's deviations.yaml (see `table`)
     entries: dict[str, list[Mistake]] = field(default_factory=dict)
 
     def mistake(self, mid: str, text: str = "", *, kind: str | None = None, reproduce: Callable | None = None,
@@ -80,11 +96,24 @@ class Catalogue:
     def entry(self, kind: str, mid: str, text: str, home: str = ""):
         return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn, home=home)
 
-    def deviations(self, kind: str, judge: Callable, table) -> list[tuple[Mistake, dict]]:
-        """Register each (id, text, switches) of `table` as `judge(*args, **switches)`: a mistake that
-        is the right computation with some switches flipped. Returns [(mistake, switches)]."""
-        return [(self.mistake(mid, text, kind=kind, reproduce=functools.partial(judge, **switches)), switches)
-                for mid, text, switches in table]
+    def table(self, name: str) -> list[Row]:
+        """The rows of table `name` in the milestone's deviations.yaml: mistakes that are the judge's own
+        computation with some switches flipped, with the sentence a student reads. A row without `text`
+        takes the sentence its id already has (declared above it, in the table or in the code)."""
+        said = {mid: m.text for mid, m in MISTAKES.get(self.milestone, {}).items()}
+        rows = []
+        for row in _tables(self.tables)[name]:
+            switches = {k: tuple(v) if isinstance(v, list) else v for k, v in (row.get("switches") or {}).items()}
+            text = row.get("text") or said[row["id"]]
+            said.setdefault(row["id"], text)
+            rows.append(Row(row["id"], text, switches, row.get("only")))
+        return rows
+
+    def deviations(self, kind: str, judge: Callable, table: str | None = None) -> list[tuple[Mistake, dict]]:
+        """Register each row of `table` (by default the table named like `kind`) as `judge(*args, **switches)`.
+        Returns [(mistake, switches)]."""
+        return [(self.mistake(r.id, r.text, kind=kind, reproduce=functools.partial(judge, **r.switches)), r.switches)
+                for r in self.table(table or kind)]
 
     def mistakes(self) -> dict[str, Mistake]:
         """Every mistake this milestone declares, by id."""

@@ -151,6 +151,17 @@ def test_gradescope_bundle_runs_against_a_simulated_autograder_tree(tmp):
     assert ("NOT isolated" in data["output"]) == (not bwrap_works()[0])
 
 
+@pytest.mark.parametrize("mid", [m.id for m in COURSE.milestones])
+def test_gradescope_bundle_loads_the_milestones_checks_and_their_tables(tmp, mid):
+    """The bundle carries what its checks read at import (deviations.yaml), not only the .py files."""
+    with zipfile.ZipFile(gradescope.write_bundle(COURSE, mid, tmp / "gs.zip")) as z:
+        z.extractall(tmp)
+    r = subprocess.run([sys.executable, "-c", f"import autograder.milestones.{mid}.checks"], cwd=tmp / "source",
+                       env=dict(os.environ, PYTHONPATH=str(tmp / "source")), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_classroom_workflow_runs_every_public_test_with_the_milestone_points(tmp):
     path = classroom.write_workflow(COURSE, "m1", tmp)
     wf = yaml.safe_load(path.read_text())

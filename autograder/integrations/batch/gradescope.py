@@ -61,8 +61,8 @@ def _pins(root: Path) -> list[str]:
 
 
 def _grader_modules(course: config.Course, m: config.Milestone) -> list[Path]:
-    """The grader's modules that grading m needs: autograder/ but its tests, samples and pytest plugin, and
-    but the folders of milestones m does not build on."""
+    """The grader's modules (and its milestones' deviations.yaml) that grading m needs: autograder/ but its
+    tests, samples and pytest plugin, and but the folders of milestones m does not build on."""
     root = course.root
     needed = {x.id for x in [*course.dependencies(m), m]}
     unneeded = {x.id for x in course.milestones} - needed
@@ -72,7 +72,8 @@ def _grader_modules(course: config.Course, m: config.Milestone) -> list[Path]:
         if {"tests", "samples", "pytest_plugin", "__pycache__"} & set(parts):
             return False
         return not (parts[0] == "milestones" and len(parts) > 2 and parts[1] in unneeded)
-    return [p for p in sorted((root / "autograder").rglob("*.py")) if wanted(p)]
+    found = [*(root / "autograder").rglob("*.py"), *(root / "autograder" / "milestones").rglob("*.yaml")]
+    return [p for p in sorted(found) if wanted(p)]
 
 
 def bundle_files(course: config.Course, mid: str) -> dict[str, bytes]:

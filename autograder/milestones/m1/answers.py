@@ -3,6 +3,7 @@ attention as PyTorch defines it, its gradients, and CATALOGUE's computations of 
 returns on the same inputs (@CATALOGUE.entry), so that a wrong answer can be named."""
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -210,11 +211,11 @@ def _softmax_eps(x, dim=-1, eps=1e-6):
     return e / (e.sum(dim, keepdim=True) + eps)
 
 
-CATALOGUE.deviations("softmax", _softmax_eps, tuple(
-    (f"softmax_eps_{eps:g}", f"the sum is increased by a small constant ({eps:g}) before the division, so no row "
-     f"sums to exactly 1 and the values differ from the formula by about {eps:g} relative: divide by the sum itself, "
-     f"and guard only the all -inf slices (a sum of 0: divide by 1 there).", {"eps": eps})
-    for eps in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9)))
+for _eps in (1e-5, 1e-6, 1e-7, 1e-8, 1e-9):
+    CATALOGUE.mistake(f"softmax_eps_{_eps:g}", f"the sum is increased by a small constant ({_eps:g}) before the division, "
+                      f"so no row sums to exactly 1 and the values differ from the formula by about {_eps:g} relative: "
+                      "divide by the sum itself, and guard only the all -inf slices (a sum of 0: divide by 1 there).",
+                      kind="softmax", reproduce=functools.partial(_softmax_eps, eps=_eps))
 
 
 def _finite_or_zero(y):

@@ -60,30 +60,7 @@ def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=
 # ---- the catalogue: the layers written out, with one known mistake at a time ------------------
 
 
-LN_MISTAKES = {
-    "unbiased_variance": ("the variance is the unbiased one (divided by d_model - 1); LayerNorm uses the "
-                          "biased variance: ((x - mean) ** 2).mean(-1) or x.var(-1, unbiased=False).",
-                          {"unbiased": True}),
-    "eps_outside_sqrt": ("eps is added outside the square root (std + eps); it belongs inside: "
-                         "(x - mean) / sqrt(var + eps). The difference is tiny at unit scale but large when "
-                         "the features vary little.", {"eps_outside": True}),
-    "annotated_layer_norm": ("this is the Annotated Transformer's LayerNorm, a_2 * (x - mean) / (std + eps) + b_2, "
-                             "which differs from this course's (and torch.nn.LayerNorm's) twice: x.std() is the "
-                             "unbiased one (divided by d_model - 1) and eps is outside the square root. Use the biased "
-                             "variance with eps inside: (x - mean) / sqrt(var + eps), var = ((x - mean) ** 2).mean(-1).",
-                             {"unbiased": True, "eps_outside": True}),
-    "normalises_last_two_dims": ("the statistics run over the last two dimensions; LayerNorm normalises each "
-                                 "position's features only: mean and variance over dim=-1.", {"dims": (-2, -1)}),
-    "normalises_dim_1": ("the statistics run over dim 1; they must run over the last dimension (dim=-1), "
-                         "whatever the number of leading dimensions.", {"dims": (1,)}),
-    "normalises_whole_tensor": ("one mean and variance are taken over the whole tensor; each position needs its "
-                                "own, over its features: mean and variance over dim=-1 (keepdim=True).",
-                                {"dims": "all"}),
-    "weight_bias_swapped": ("weight and bias are swapped: y = x_hat * weight + bias.", {"affine": "swapped"}),
-    "affine_ignored": ("the learned weight and bias are not applied: y = x_hat * weight + bias.",
-                       {"affine": "none"}),
-}
-for _id, (_text, _dev) in LN_MISTAKES.items():
+for _id, _text, _dev, _ in CATALOGUE.table("layer_norm"):     # deviations.yaml
     CATALOGUE.entry("layer_norm", _id, _text)(
         lambda x, w, b, eps=1e-5, _dev=_dev: layer_norm_fn(x, w, b, eps, **_dev) if _dev.get("dims") == "all" or max(
             map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
@@ -115,16 +92,7 @@ def _ln_in_float32(x, w, b, eps=1e-5):
                          eps).to(x.dtype) * w + b
 
 
-FF_MISTAKES = {
-    "ffn_no_activation": ("the activation is missing: linear2(dropout(activation(linear1(x)))).", {"no_act": True}),
-    "ffn_activation_after_linear2": ("the activation is applied after linear2; it goes between the two linear "
-                                     "layers: linear2(dropout(activation(linear1(x)))).", {"act_after": True}),
-    "ffn_tanh_gelu": ("this is the tanh approximation of GELU; use the exact one: F.gelu(h) (approximate='none').",
-                      {"tanh_gelu": True}),
-    "ffn_activation_ignored": ("the `activation` argument is not followed (relu and gelu are swapped or one is "
-                               "always used).", {"act_swap": True}),
-}
-for _id, (_text, _dev) in FF_MISTAKES.items():
+for _id, _text, _dev, _ in CATALOGUE.table("feed_forward"):
     CATALOGUE.entry("feed_forward", _id, _text)(lambda p, x, activation, _dev=_dev: feed_forward_fn(p, x, activation, **_dev))
 
 
@@ -135,41 +103,7 @@ def _ffn_own_residual(p, x, activation):
     return x + feed_forward_fn(p, x, activation)
 
 
-LAYER_MISTAKES = {
-    "pre_ln_residual_from_norm": ("in pre-LN the residual must be the un-normalised stream: x = x + "
-                                  "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": True}, "pre"),
-    # the same mistake, made in the first sub-layer only (registered under the same id)
-    "pre_ln_residual_from_norm ": ("in pre-LN the residual must be the un-normalised stream: x = x + "
-                                   "drop(sublayer(norm(x))), not norm(x) + ...", {"residual_from_norm": "first"}, "pre"),
-    "post_ln_norm_on_branch": ("in post-LN the norm comes after the residual add: x = norm(x + drop(sublayer(x))), "
-                               "not x + norm(sublayer(x)).", {"norm_on_branch": True}, "post"),
-    "norm_first_ignored": ("norm_first is not followed: norm_first=True is pre-LN (normalise before each "
-                           "sub-layer), False is post-LN (normalise after the residual add).", {"invert": True}, None),
-    "src_mask_ignored": ("src_mask is not passed on: the attention to the source must get it "
-                         "(encoder: self_attn(..., src_mask); decoder: cross_attn(..., src_mask)).",
-                         {"src_mask_ignored": True}, None),
-    "norms_swapped": ("two norms are swapped: each sub-layer has its own norm (encoder: norm1 attention, norm2 "
-                      "feed-forward; decoder: norm1 self-attention, norm2 cross-attention, norm3 feed-forward).",
-                      {"swap_norms": True}, None),
-}
-DECODER_MISTAKES = {
-    "cross_kv_from_decoder": ("the cross-attention takes its keys and values from the decoder; they come from the "
-                              "encoder output: cross_attn(x, memory, memory, src_mask).", {"cross_kv_from_x": True}),
-    "cross_q_from_memory": ("the cross-attention takes its queries from memory; queries come from the decoder "
-                            "stream: cross_attn(x, memory, memory, src_mask).", {"cross_q_from_memory": True}),
-    "decoder_masks_swapped": ("src_mask and tgt_mask are swapped: tgt_mask goes to the self-attention, src_mask to "
-                              "the cross-attention.", {"masks_swapped": True}),
-    "cross_attn_given_tgt_mask": ("the cross-attention is given tgt_mask; it attends over memory's source positions "
-                                  "and takes src_mask: cross_attn(x, memory, memory, src_mask).",
-                                  {"cross_given_tgt_mask": True}),
-    "tgt_mask_ignored": ("the self-attention ignores tgt_mask, so the decoder sees future positions: "
-                         "self_attn(x, x, x, tgt_mask).", {"tgt_mask_ignored": True}),
-    "memory_normalised": ("memory is normalised inside the decoder layer; use it as it is: "
-                          "cross_attn(norm2(x), memory, memory, src_mask).", {"norm_memory": True}),
-    "tgt_mask_added": ("with tgt_mask=None the self-attention must see every position: a mask that is None means "
-                       "no mask (the caller passes the causal mask; none is added inside the layer).",
-                       {"auto_causal": True}),
-}
+DECODER_MISTAKES = {row.id: row for row in CATALOGUE.table("decoder")}    # deviations.yaml
 
 
 @CATALOGUE.entry("encoder", "activation_not_passed", "the layer builds its feed_forward without `activation`, "
@@ -182,7 +116,7 @@ CATALOGUE.entry("decoder", "activation_not_passed", _encoder_activation_not_pass
     _encoder_activation_not_passed.reproduce)
 
 
-@CATALOGUE.entry("decoder", "cross_kv_from_decoder", DECODER_MISTAKES["cross_kv_from_decoder"][0])
+@CATALOGUE.entry("decoder", "cross_kv_from_decoder", DECODER_MISTAKES["cross_kv_from_decoder"].text)
 def _cross_kv_from_decoder_masked(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
     """The same mistake written with the source mask kept, cross_attn(x, x, x, src_mask): a source mask of
     length Ls cannot mask Lt keys, so it raises inside the attention when Ls != Lt (see Catalogue.raising)."""
@@ -305,17 +239,13 @@ _register_stale_ff()
 
 def _register_layers():
     for kind in ("encoder", "decoder"):
-        items = {k: (text, dev) for k, (text, dev, _) in LAYER_MISTAKES.items()}
-        if kind == "decoder":
-            items.update(DECODER_MISTAKES)
-        for mid, (text, dev) in items.items():
-            mode = LAYER_MISTAKES[mid][2] if mid in LAYER_MISTAKES else None
-
+        rows = CATALOGUE.table("layer") + (list(DECODER_MISTAKES.values()) if kind == "decoder" else [])
+        for mid, text, dev, mode in rows:
             def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _dev=dev, _mode=mode):
                 if _mode == "pre" and not norm_first or _mode == "post" and norm_first:
                     return None
                 return layer_fn(p, norm_first, activation, x, memory, src_mask, tgt_mask, **_dev)
-            CATALOGUE.entry(kind, mid.strip(), text)(fn)
+            CATALOGUE.entry(kind, mid, text)(fn)
 
 
 _register_layers()

@@ -1,7 +1,9 @@
 """Milestone 3's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
+from pathlib import Path
+
 from autograder.grading.diagnosis import Catalogue
 
-CATALOGUE = Catalogue("m3")
+CATALOGUE = Catalogue("m3", Path(__file__).with_name("deviations.yaml"))
 
 # Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper()
 ACTIVATION_CASE, ACTIVATION_ERROR_MESSAGE, ACTIVATION_NOT_CHECKED = CATALOGUE.plain(   # ACTIVATION_CASE: shorter

@@ -20,19 +20,7 @@ from autograder.milestones.m4.mistakes import CATALOGUE
 # ---- the positional table -------------------------------------------------------------------
 
 
-CATALOGUE.deviations("pe", pe_table, (
-        ("pe_sin_cos_swapped", "sin and cos are swapped: even columns (2i) hold sines, odd columns (2i + 1) cosines.",
-         {"swap": True}),
-        ("pe_not_interleaved", "the sines fill the first half of the columns and the cosines the second; they are "
-         "interleaved: PE[pos, 2i] = sin, PE[pos, 2i + 1] = cos, the two columns sharing one frequency.",
-         {"concat": True}),
-        ("pe_exponent_i", "the exponent is i / d_model; it is 2i / d_model (the column index of the sine): "
-         "angle = pos / 10000 ** (2i / d_model).", {"exponent": "i"}),
-        ("pe_exponent_per_column", "every column gets its own frequency 10000^(j / d_model); columns 2i and 2i + 1 "
-         "share the frequency 10000^(2i / d_model).", {"exponent": "column"}),
-        ("pe_positions_from_1", "positions start at 1; they start at 0 (row 0 is [0, 1, 0, 1, ...]).", {"start": 1}),
-        ("pe_multiplied", "pos is multiplied by 10000^(2i / d_model); it is divided: pos / 10000^(2i / d_model).",
-         {"multiply": True})))
+CATALOGUE.deviations("pe", pe_table)
 
 
 # ---- catalogue entries for stacks and the model ---------------------------------------------------

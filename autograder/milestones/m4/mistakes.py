@@ -1,7 +1,9 @@
 """Milestone 4's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
+from pathlib import Path
+
 from autograder.grading.diagnosis import Catalogue
 
-CATALOGUE = Catalogue("m4")
+CATALOGUE = Catalogue("m4", Path(__file__).with_name("deviations.yaml"))
 
 # Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
 BATCH_MIXING, DECODE_ARGUMENT_ORDER, DROPOUT_IN_EVAL, DROPOUT_NOT_PASSED = CATALOGUE.plain(

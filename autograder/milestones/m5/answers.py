@@ -3,7 +3,7 @@ F.cross_entropy), the Noam schedule, evaluate's answer and the judge's own train
 and torch.optim, from the same weights and batches as the student's). Beside them, the CATALOGUE entries that
 recompute the known mistakes of the loss, of make_batch and of evaluate (each the right computation with one
 thing changed, or an unstable way of computing log-probabilities); judge_steps reproduces the known mistakes of
-train_step by its switches (declared in mistakes.py: STEP_MISTAKES)."""
+train_step by its switches (deviations.yaml: train_step)."""
 from __future__ import annotations
 
 import math
@@ -103,41 +103,7 @@ def _loss_variant(logits, target, smoothing=0.0, pad_id=None, *, spread="V", pad
     return cost.sum() / counted.sum()
 
 
-IGNORES_ZERO = ("the positions whose target is 0 are left out, not those whose target equals pad_id: compare the "
-                "targets with the pad_id argument (the tokenizer's <pad> is 0, but the loss must use the id it is "
-                "given), and with pad_id=None leave out nothing.")
-
-CATALOGUE.deviations("loss", _loss_variant, (
-        ("pad_in_mean", "padded positions count in the mean (their cost is left out of the sum but not of the "
-         "count): divide by the number of non-pad positions.", {"pad_counted": True}),
-        ("smoothing_over_v_minus_1", "the smoothing mass is spread over the V - 1 wrong classes; in this course (as "
-         "in F.cross_entropy's label_smoothing) it is spread over all V classes, the right one included: "
-         "(1 - e) * nll + e * mean over all classes of -log p.", {"spread": "V-1"}),
-        ("smoothing_without_pad_column", "the smoothing mass is spread over the V - 2 classes that are neither the "
-         "right one nor <pad> (the Annotated Transformer's recipe); in this course (as in F.cross_entropy's "
-         "label_smoothing) it is spread over all V classes, <pad> and the right one included: (1 - e) * nll + e * "
-         "mean over all classes of -log p.", {"spread": "V-2"}),
-        ("pad_in_mean", "padded positions count in the mean; average only over the positions whose target is not "
-         "pad_id (sum of their costs / their number).", {"pad_in_mean": True}),
-        ("loss_summed", "the cost is summed over positions; it is the mean over the non-pad positions.",
-         {"reduce": "sum"}),
-        ("pad_id_zero_ignored", "pad_id=0 is treated like pad_id=None (a test such as `if pad_id:` is False for 0), "
-         "so the padded positions are averaged in; leave padding out whenever pad_id is not None "
-         "(`if pad_id is not None:`).", {"ignored": "none_if_zero"}),
-        ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero"}),
-        ("lower_precision", "the log-sum-exp is computed in float32 (torch.logsumexp(logits.float(), ...)) and "
-         "converted back, so float64 logits get a loss accurate to float32 only: keep the logits' dtype throughout.",
-         {"lse_float32": True}),
-        ("loss_ignores_zero", IGNORES_ZERO, {"ignored": "zero_if_none"}),
-        # Registered before the general sentence of the same mistake: where both fit (no sequence is all
-        # padding), the later one's sentence is the one named.
-        ("mean_of_sequence_means", "the mean is taken per sequence, then over sequences, and a sequence whose "
-         "targets are all pad_id gives 0 / 0 = NaN: take one mean over all non-pad positions of the batch (sum "
-         "of their costs / their number).", {"reduce": "per_sequence_nan"}),
-        ("mean_of_sequence_means", "the mean is taken per sequence, then over sequences; it is one mean over all "
-         "non-pad positions (sequences with more tokens weigh more).", {"reduce": "per_sequence"}),
-        ("smoothing_ignored", "the `smoothing` argument has no effect: cost = (1 - e) * nll + e * mean over the "
-         "classes of -log p.", {"ignore_smoothing": True})))
+CATALOGUE.deviations("loss", _loss_variant)
 
 
 def _cost_mean(lp, target, smoothing, pad_id, masking="where"):
@@ -243,25 +209,7 @@ for _form in _PICKED_RAW:
                       reproduce=_pad_target_as_index(_form))
 
 
-CATALOGUE.deviations("batch", expected_batch, (
-        ("targets_not_shifted", "tgt_out is the same sequence as tgt_in: the decoder must predict the NEXT token, so "
-         "tgt_in = <bos> + target and tgt_out = target + <eos> (teacher forcing with a shift).", {"shift": False}),
-        ("bos_in_tgt_out", "tgt_out starts with <bos>; it is target + <eos> (the prediction at position t is the "
-         "token at t + 1 of tgt_in).", {"bos_out": True}),
-        ("left_padding", "the sequences are padded on the left; pad on the right (the positions then line up with "
-         "the sinusoidal table and the causal mask).", {"left": True}),
-        ("tgt_mask_without_padding", "tgt_mask is causal only: padded target keys must be blocked too, "
-         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"tgt_padding_in_mask": False}),
-        ("pad_rows_blocked", "padded query rows are blocked too; only padded keys (columns) are: "
-         "tgt_mask[b, i, j] = (j <= i) and tgt_in[b, j] != pad_id.", {"block_pad_rows": True}),
-        ("batch_padded_with_zero", "the sequences are padded with 0, not with the pad_id argument (the tokenizer's "
-         "<pad> is 0, but make_batch must use the id it is given).", {"fill": 0}),
-        ("shift_after_padding", "<bos> + target + <eos> is padded first and then cut into tgt_in = full[:, :-1] "
-         "and tgt_out = full[:, 1:], so a target shorter than the longest keeps its <eos> in tgt_in: build "
-         "tgt_in = <bos> + target and tgt_out = target + <eos> for each sequence, then pad each.",
-         {"shift_after_padding": True}),
-        ("batch_masks_key_on_zero", "the masks block the tokens equal to 0 (`!= 0`, `.bool()` or padding_mask(..., 0)), "
-         "not those equal to pad_id: compare with the pad_id argument.", {"mask_key": 0})))
+CATALOGUE.deviations("batch", expected_batch)
 
 
 def masks_keyed_on(batch, key):
@@ -305,22 +253,7 @@ def expected_evaluate(per_batch, pad_id, *, count="pad_id", loss_pad="pad_id", m
     return total / tokens if tokens else math.nan
 
 
-CATALOGUE.deviations("evaluate", expected_evaluate, (
-        ("mean_of_batch_means", MEAN_OF_BATCH_MEANS.text, {"mean_of_means": True}),
-        ("evaluate_counts_pads", "the token count includes the padded targets (every position of tgt_out): count "
-         "only the targets != pad_id.", {"count": "all"}),
-        ("evaluate_count_key_zero", "the token count compares the targets with 0, not with pad_id, so padded "
-         "targets are counted: count (tgt_out != pad_id).", {"count": 0}),
-        ("evaluate_pad_zero", "evaluate uses 0 as the padding id, not its pad_id argument: pass pad_id to the loss "
-         "and count the targets != pad_id.", {"count": 0, "loss_pad": 0}),
-        ("evaluate_pad_not_passed", "evaluate's loss leaves out no position: pad_id is not passed to "
-         "label_smoothed_cross_entropy, whose default None ignores nothing.", {"loss_pad": None}),
-        ("evaluate_masks_key_on_zero", "evaluate runs the model with masks of its own that block the tokens 0, not "
-         "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and batch[\"tgt_mask\"].",
-         {"masks": "zero"}),
-        ("evaluate_empty_batch_nan", "a batch without any non-pad target token is not skipped: its loss is NaN "
-         "(0 / 0, no token to average), and NaN * 0 is NaN, so the whole result is NaN. Such a batch adds nothing "
-         "(the docstring): skip it when its token count is 0.", {"empty_adds_nan": True})))
+CATALOGUE.deviations("evaluate", expected_evaluate)
 
 
 # ---- the judge's training steps ---------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Milestone 5's CATALOGUE and the mistakes its checks recognise from evidence: see diagnosis.Catalogue."""
+from pathlib import Path
+
 from autograder.grading.diagnosis import Catalogue
 
-CATALOGUE = Catalogue("m5")
+CATALOGUE = Catalogue("m5", Path(__file__).with_name("deviations.yaml"))
 
 # Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
 ADAM_SETTINGS, BASE_LR = CATALOGUE.plain("adam_settings", "base_lr")
@@ -53,46 +55,9 @@ GRAD_DTYPE_CHANGED = CATALOGUE.mistake(
     "e.g. torch.zeros(1, dtype=torch.float64), promotes float32 gradients): keep the parameters' dtype, or clip "
     "with torch.nn.utils.clip_grad_norm_, which does.")
 
-# train_step's known mistakes: each is the judge's own training step (answers.judge_steps) with these switches.
-STEP_MISTAKES = {
-    "no_zero_grad": ("the gradients are never zeroed, so they pile up across steps: call optimizer.zero_grad() "
-                     "at the start of train_step.", {"skip_zero": True}),
-    "zero_grad_after_backward": ("the gradients are zeroed after backward(), so the optimizer steps on zeros: zero "
-                                 "them before the forward pass.", {"zero_late": True}),
-    "scheduler_before_optimizer": ("scheduler.step() runs before optimizer.step(), so every step uses the next "
-                                   "step's learning rate: step the optimizer first.", {"sched_first": True}),
-    "loss_on_tgt_in": ("the loss compares the logits with tgt_in; the targets are tgt_out (the next tokens).",
-                       {"loss_on_tgt_in": True}),
-    "zero_grad_after_step": ("the gradients are zeroed after optimizer.step() instead of before the forward pass, "
-                             "so the first step adds the gradients the model already held (from a backward() "
-                             "before train_step) to its own: call optimizer.zero_grad() at the start of "
-                             "train_step.", {"zero_after_step": True}),
-    "clip_after_step": ("the gradients are clipped after optimizer.step(), when they no longer matter (the step used "
-                        "them unclipped; the gradients left after train_step are clipped): clip between "
-                        "backward() and optimizer.step().", {"clip": "after_step"}),
-    "step_not_clipped": ("the optimizer stepped on unclipped gradients, and the gradients left after train_step are "
-                         "unclipped too, as if clip_norm were None (clipping never ran, or ran before backward() "
-                         "when there was nothing to clip yet): call torch.nn.utils.clip_grad_norm_(model.parameters(), "
-                         "clip_norm) between loss.backward() and optimizer.step().", {"clip": "none"}),
-    "clip_grad_value": ("the gradients are clipped element by element (each entry to [-clip_norm, clip_norm], as "
-                        "clip_grad_value_ does); clip_norm bounds the total norm of all gradients: "
-                        "torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm).", {"clip": "value"}),
-    "clip_per_tensor": ("each parameter's gradient is clipped to norm clip_norm on its own; clip_norm bounds the norm "
-                        "of all gradients together (one scale factor for every tensor, as "
-                        "torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm) computes).",
-                        {"clip": "per_tensor"}),
-    "train_step_pad_zero": ("train_step gives the loss 0 as the padding id, not its pad_id argument: "
-                            "label_smoothed_cross_entropy(logits, tgt_out, smoothing, pad_id).", {"loss_pad": 0}),
-    "train_step_pad_not_passed": ("train_step's loss leaves out no position: pad_id is not passed to "
-                                  "label_smoothed_cross_entropy, whose default None ignores nothing.",
-                                  {"loss_pad": None}),
-    "train_step_masks_key_on_zero": ("train_step runs the model with masks of its own that block the tokens 0, not "
-                                     "the batch's masks (which block pad_id): pass batch[\"src_mask\"] and "
-                                     "batch[\"tgt_mask\"].", {"masks": "zero"}),
-    "train_step_smoothing_not_passed": ("train_step's loss has no label smoothing: pass `smoothing` to "
-                                        "label_smoothed_cross_entropy.", {"loss_smoothing": 0.0}),
-}
-STEP_DEVIATIONS = [(CATALOGUE.mistake(k, text), dev) for k, (text, dev) in STEP_MISTAKES.items()]
+# train_step's known mistakes: the judge's own training step (answers.judge_steps) with the switches of
+# deviations.yaml.
+STEP_DEVIATIONS = [(CATALOGUE.mistake(r.id, r.text), r.switches) for r in CATALOGUE.table("train_step")]
 ALL_PAD_LOSS_ZERO = CATALOGUE.mistake(
     "all_pad_loss_zero",
     "the 0 / 0 of a batch with no non-pad target is turned into 0 (a count clamped to at least 1, or a special "

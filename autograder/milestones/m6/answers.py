@@ -400,67 +400,21 @@ def padded_with_zero(right, max_len, pad):
     return _with_tokens(value, tokens.masked_fill(after & (tokens == pad), 0))
 
 
-_NO_PAD_TEXT = ("after a sequence's <eos> the loop keeps appending the model's choices; every later position must be "
-                "pad_id (keep a `finished` flag per row and write pad_id where it is set).")
-_GREEDY = CATALOGUE.deviations("greedy", greedy_run, (
-    ("no_pad_after_eos", _NO_PAD_TEXT, {"pad_after_eos": False}),
-    ("no_causal_mask", "the prefix is decoded without the causal mask: pass causal_mask(t) (milestone 1) as tgt_mask "
-     "to model.decode; with two or more layers the earlier positions otherwise see later tokens.", {"causal": False}),
-    ("stop_on_first_eos", "the loop stops as soon as one sequence has produced <eos> (finished.any()), cutting the "
-     "others short; stop when every sequence has (finished.all()), or after max_len steps.", {"stop_on_any": True})))
+_GREEDY = CATALOGUE.deviations("greedy", greedy_run)
 NO_PAD, NO_MASK, _ = (m for m, _ in _GREEDY)
 
-CATALOGUE.deviations("sample_run", sample_run, (("no_pad_after_eos", _NO_PAD_TEXT, {"pad_after_eos": False}),))
+CATALOGUE.deviations("sample_run", sample_run)
 
-# The cached decoder's mistakes: the judge's cached decoder with these switches.
-_CACHED = (
-        ("cache_without_new_position", "the newest position does not attend to itself: its own key and value must "
-         "be in the cache before it attends (append, then attend over every cached position).",
-         {"exclude_self": True}),
-        ("cached_position_zero", "every new token gets the positional encoding of position 0; the token at "
-         "position t gets model.pos_encoding.pe[t].", {"pe_first_row": True}),
-        ("cached_position_off_by_one", "the new token gets the positional encoding of the next position; the "
-         "token at position t (the <bos> is at 0) gets pe[t].", {"pe_next_row": True}),
-        ("cached_final_norm_missing", "the decoder's final norm (model.decoder.norm, pre-LN) is not applied "
-         "after the last layer.", {"no_final_norm": True}),
-        ("cached_pre_ln_raw_keys", "in pre-LN the new position's keys and values come from the raw stream; they "
-         "come from norm1(x), as its query does.", {"raw_keys": True}))
-_CACHED_DEVIATIONS = CATALOGUE.deviations("cached", judge_cached_greedy, _CACHED)
+# The cached decoder's mistakes: the judge's cached decoder with the switches of deviations.yaml.
+_CACHED_DEVIATIONS = CATALOGUE.deviations("cached", judge_cached_greedy)
 # The first of them again, with the sentence for the crash it causes (declared after it: the catalogue keeps the
 # sentence above for the id).
 EMPTY_CACHE = CATALOGUE.mistake("cache_without_new_position", "at the first step your attention ran over zero keys: "
                                 "the newest position must attend to itself too, so append its key and value to the "
                                 "cache first, then attend over every cached position.")
 
-_SAMPLING = (
-    ("temperature_ignored", "the temperature has no effect on the distribution: divide the logits by it before the "
-     "softmax (dividing the probabilities after the softmax changes nothing once they are renormalised).",
-     {"temp_ignored": True}),
-    ("temperature_multiplied", "the logits are multiplied by the temperature; divide them by it (a temperature below "
-     "1 sharpens the distribution).", {"temp_multiplied": True}),
-    ("top_k_plus_one", "top-k keeps k + 1 tokens: keep exactly the k largest logits (torch.topk(logits, k)).",
-     {"k_extra": 1}),
-    ("top_k_minus_one", "top-k keeps k - 1 tokens: keep exactly the k largest logits (torch.topk(logits, k)).",
-     {"k_extra": -1}),
-    ("top_p_drops_crossing_token", "top-p drops the token whose probability makes the total cross top_p; it must be "
-     "kept: keep a token when the total of the tokens BEFORE it (in descending order) is < top_p.",
-     {"drop_crossing": True}),
-    ("top_p_before_top_k_renormalised", "top-p is computed on the distribution before top-k; compute it on the "
-     "softmax of what top-k kept (renormalised).", {"p_before_renorm": True}),
-    ("top_p_on_raw_probabilities", "top-p is measured on the model's raw probabilities (the softmax of the logits "
-     "before the temperature and top-k); measure it on the softmax of the tempered logits that top-k kept.",
-     {"p_on_raw": True}),
-    ("temperature_after_filter", "the temperature is applied after top-k/top-p filtering, so top-p measures the "
-     "untempered distribution; divide the logits by the temperature first, then filter.", {"temp_late": True}),
-    ("top_p_not_scattered_back", "the top-p mask is applied in sorted order to the vocabulary: map it back to "
-     "vocabulary order with the sort's indices (mask.scatter(-1, sorted_indices, keep_sorted)).",
-     {"p_unscattered": True}),
-    ("top_p_removed_across_rows", _ACROSS_ROWS := "a token top-p removes from one row is removed from every row "
-     "(logits[:, sorted_indices[remove]] = -inf, an indexing written for one row, as in a widely copied "
-     "top_k_top_p_filtering): map each row's sorted mask back to that row, remove = remove_sorted.scatter(-1, "
-     "sorted_indices, remove_sorted), then logits.masked_fill(remove, float('-inf')).", {"p_across_rows": True}),
-)
-_SAMPLING_DEVIATIONS = CATALOGUE.deviations("sampling", filtered_probs, _SAMPLING)
+_SAMPLING_DEVIATIONS = CATALOGUE.deviations("sampling", filtered_probs)
+_ACROSS_ROWS = CATALOGUE.mistakes()["top_p_removed_across_rows"].text     # also raised: an entry below
 
 
 # Errors of sampling, each raised by the mistake's own computation on the logits of a step (Catalogue.raising
@@ -515,47 +469,7 @@ FILL_OVERFLOWS = CATALOGUE.mistake(
     kind="dtype_errors", reproduce=_float64_fill)
 
 
-BEAM_DEVIATIONS = CATALOGUE.deviations("beam", judge_beam, (
-        ("duplicate_start_beams", "the search starts with beam_size copies of [<bos>], all at score 0, so the beam "
-         "fills with duplicates; start from one hypothesis: slot 0 at score 0, the others at -inf.",
-         {"dup_start": True}),
-        ("finished_beams_extended", "finished hypotheses keep being extended with real tokens; after <eos> a "
-         "hypothesis may only be extended by pad_id, at no cost (its score stays).", {"extend_finished": True}),
-        ("finished_beams_duplicated", "a finished hypothesis gets every token at no cost (its log-probabilities are "
-         "set to 0 for all of them, not only for pad_id), so V copies of it crowd the beam out: give it -inf for every "
-         "token but pad_id, which costs 0.", {"extend_finished": "free_copies"}),
-        ("finished_beams_pay_for_pad", "a finished hypothesis pays log p(<pad>) for its pad; it is extended by "
-         "pad_id at no cost (score unchanged).", {"pad_cost": True}),
-        ("finished_beams_extended", "finished hypotheses are still expanded over every token after <eos>: pad_id is "
-         "written, but each copy adds that token's log-probability to the score; after <eos> a hypothesis may only be extended by pad_id, "
-         "at no cost (its score stays).", {"extend_finished": "scored_pads"}),
-        ("length_penalty_forgotten", "the final choice uses the raw summed log-probability; it uses the normalised "
-         "score sum_logprob / ((5 + n) / 6) ** length_penalty (use length_penalty_score), which is also what "
-         "`scores` returns.", {"no_norm": True}),
-        ("scores_not_normalised", "the result is chosen by the normalised score, but `scores` returns the raw summed "
-         "log-probability of the winner; return its normalised score (length_penalty_score).", {"raw_scores": True}),
-        ("length_counts_bos", "the length n counts <bos>; n is the number of tokens AFTER <bos> up to and "
-         "including the first <eos>.", {"n_extra": 1}),
-        ("length_without_eos", "the length n leaves out <eos>; n counts the tokens after <bos> up to and "
-         "including the first <eos>.", {"eos_uncounted": True}),
-        ("length_counts_pads", "the length n counts the pads after <eos>; n stops at the first <eos> (max_len only "
-         "for a hypothesis that never finished).", {"n_counts_pads": True}),
-        ("normalised_every_step", "the hypotheses are ranked by the normalised score at every step; keep the "
-         "beam_size best by summed log-probability, and normalise only to choose the final result.",
-         {"norm_each_step": True}),
-        ("normalised_every_step", "the running scores are length-normalised at every step (each step adds log p to "
-         "an already normalised score and normalises again); keep the plain summed log-probability during the "
-         "search, and normalise only to choose the final result.", {"norm_kept": True}),
-        ("winner_among_finished_only", "the result is chosen among the finished hypotheses only; a hypothesis still "
-         "unfinished after max_len steps competes too (its n is max_len) and can win.", {"finished_only": "masked"}),
-        ("winner_among_finished_only", "the result is chosen among the finished hypotheses only; a hypothesis still "
-         "unfinished after max_len steps competes too (its n is max_len) and can win.", {"finished_only": "fallback"}),
-        ("beam_items_mixed", "memory and src_mask are repeated with .repeat (the whole batch after the whole batch), "
-         "so hypothesis row b * beam_size + j decodes another item's source; .repeat_interleave(beam_size, dim=0) "
-         "(each item beam_size times in a row) matches the [B * beam_size] order of the hypotheses.",
-         {"mixed_rows": True}),
-        ("stops_when_best_finished", "the search stops as soon as the best hypothesis has finished; it goes on "
-         "until every hypothesis has (or max_len steps).", {"stop_top": True})))
+BEAM_DEVIATIONS = CATALOGUE.deviations("beam", judge_beam)
 
 
 # ---- what each decoding function must return -------------------------------------------------------

@@ -1,8 +1,10 @@
 """Milestone 6's CATALOGUE and the mistakes its checks recognise from what the grader observed (the
 model's mode and gradients at each step, the steps run, the dtype of a result): see diagnosis.Catalogue."""
+from pathlib import Path
+
 from autograder.grading.diagnosis import Catalogue
 
-CATALOGUE = Catalogue("m6")
+CATALOGUE = Catalogue("m6", Path(__file__).with_name("deviations.yaml"))
 
 # Plain mistakes (id only), one CATALOGUE.plain call a topic rather than a same-shaped line each; NAME = id.upper().
 CACHE_NOT_USED, GRAD_ENABLED, MODE_NOT_RESTORED = CATALOGUE.plain(
