@@ -119,12 +119,11 @@ class Encoder(nn.Module):
         self.norm = LayerNorm(d_model) if norm_first else None
     def forward(self, x, src_mask=None):
         return _fake(x)
-class Decoder(nn.Module):
+class Decoder(Encoder):
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False):
-        super().__init__()
+        super().__init__(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
         self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, d_ff, dropout, activation, norm_first)
                                     for _ in range(num_layers))
-        self.norm = LayerNorm(d_model) if norm_first else None
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return _fake(x)
 class Transformer(nn.Module):
