@@ -2,9 +2,10 @@
 
 Most mutants and many correct variants are a whole submission with a few lines changed. Instead of
 carrying hundreds of copied lines each, such a file names its base and holds only the difference. A base
-is `reference` (the milestone's reference, solution markers removed), another subject of the same
-milestone by its name under tests/ (e.g. `correct/m6/blind_student`) or a sample of the demo class
-(`samples/m4/aiko`). `python autograder/tests/derived.py show FILE` prints the whole submission. Two forms:
+is `reference` (the milestone's reference, solution markers removed), `stub` (the student folder's file),
+another subject of the same milestone by its name under tests/ (e.g. `correct/m6/blind_student`) or a sample
+of the demo class (`samples/m4/aiko`). The hostile corpus (tests/hostile/m1/) is stored the same way, as
+what each attack adds to the reference or the stub. `python autograder/tests/derived.py show FILE` prints the whole submission. Two forms:
 
 - `name.diff`: the subject's docstring (Mistake, CATCHES, DIAGNOSIS or ATTACK, EXPECT), then a unified
   diff of the code below it: `--- <base>`, `+++ name`, hunks. Write the subject whole, as a student
@@ -157,17 +158,19 @@ def base_text(path: Path, course, milestone: str) -> str:
 
 
 def base_text_of(base: str, course, milestone: str) -> str:
+    m = course.milestone(milestone)
     if base == "reference":
-        m = course.milestone(milestone)
         ref = course.root / "solutions" / m.folder / m.files[0]
         return markers.make_reference(ref.read_text(), str(ref))
+    if base == "stub":
+        return (course.root / "assignments" / m.folder / m.files[0]).read_text()
     return subject_text(find_subject(base), course, milestone)
 
 
 def chain(path: Path) -> list[Path]:
     """The files a subject is made from: itself, its base, that one's base ... (the reference not listed)."""
     out = [path]
-    while (base := base_of(out[-1])) not in (None, "reference"):
+    while (base := base_of(out[-1])) not in (None, "reference", "stub"):
         out.append(find_subject(base))
         assert len(out) < 20 and out[-1] not in out[:-1], f"{path.name}: its BASE lines go round in a circle"
     return out
@@ -192,7 +195,10 @@ def store(path: Path, course, milestone: str, bases: list[str]) -> Path | None:
     """Rewrite the subject `path` as a .diff from whichever of `bases` gives the smallest diff; None (nothing
     written) when no diff is much smaller than the whole file."""
     text = subject_text(path, course, milestone)
-    first = chunks(text)[0]
+    try:
+        first = chunks(text)[0]
+    except SyntaxError:           # a subject that does not parse (on purpose) stays whole
+        return None
     if not first or first[0][0] != "__doc__" or not text.endswith("\n"):
         return None
     best = None
@@ -226,10 +232,10 @@ def main(argv: list[str]) -> None:
     for arg in argv[1:]:
         path = Path(arg).resolve()
         milestone = path.parent.name
-        others = [str(q.relative_to(TESTS).with_suffix("")) for kind in ("mutants", "correct", "integrity")
+        others = [str(q.relative_to(TESTS).with_suffix("")) for kind in ("mutants", "correct", "integrity", "hostile")
                   for q in subject_files(TESTS / kind / milestone) if q.stem != path.stem and path not in chain(q)]
         samples = [f"samples/{milestone}/{d.name}" for d in sorted((TESTS.parent / "samples" / milestone).glob("*"))]
-        out = store(path, course, milestone, ["reference"] + others + samples)
+        out = store(path, course, milestone, ["reference", "stub"] + others + samples)
         print(f"{path.name}: {'stored as ' + out.name if out else 'kept whole (no diff is much smaller)'}")
 
 

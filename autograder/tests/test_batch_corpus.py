@@ -1,4 +1,5 @@
-"""The adversarial corpus: every hostile submission in tests/hostile/m1/ graded in ONE parallel batch,
+"""The adversarial corpus: every hostile submission in tests/hostile/m1/ (each stored as what it adds to the
+reference or the stub, see derived.py; syntax_error whole) graded in ONE parallel batch,
 once in the default sandbox (bubblewrap when it works) and once in resource-limits mode on purpose.
 
 SAFETY: each corpus file is harmless even if run unsandboxed as root (the memory bomb stops at 6 GB,
@@ -25,6 +26,7 @@ from autograder import config
 from autograder.integrations.batch.run import grade_class
 from autograder.sandbox.bwrap import works as bwrap_works
 from autograder.sandbox.slot import files_restricted
+from derived import subject_files, subject_text
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "hostile" / "m1"
@@ -70,7 +72,9 @@ def batch(request):
     work = Path(tempfile.mkdtemp(prefix="corpus-test-"))
     try:
         subs = work / "subs"
-        shutil.copytree(CORPUS, subs)
+        for path in subject_files(CORPUS):           # one student folder each, with the file's whole text
+            (subs / path.stem).mkdir(parents=True)
+            (subs / path.stem / "attention.py").write_text(subject_text(path, COURSE, "m1"))
         (subs / "reference").mkdir()
         shutil.copy(COURSE.root / "solutions" / "m1_attention" / "attention.py", subs / "reference")
         run = grade_class(subs, "m1", work / "out", jobs=2, course=COURSE, progress=False, sandbox=request.param)
@@ -81,7 +85,7 @@ def batch(request):
 
 
 def test_every_corpus_entry_has_an_expectation():
-    assert {p.name for p in CORPUS.iterdir() if p.is_dir()} == set(EXPECTED)
+    assert {p.stem for p in subject_files(CORPUS)} == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

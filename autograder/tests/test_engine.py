@@ -17,6 +17,12 @@ from autograder import cli
 from autograder.grading import report
 from autograder.grading.grade import grade
 from conftest import COURSE
+from derived import TESTS, find, subject_text
+
+
+def hostile(name: str) -> str:
+    """The whole text of a file of the hostile corpus (stored as what it adds to the reference or stub)."""
+    return subject_text(find(TESTS / "hostile" / "m1", name), COURSE, "m1")
 
 REFERENCE = (COURSE.root / "solutions" / "m1_attention" / "attention.py").read_text()
 FAST = dataclasses.replace(COURSE, milestones=tuple(
@@ -149,7 +155,7 @@ def test_course_grade_runs_student_code_in_the_sandbox(tmp_path, capsys):
     from autograder.sandbox.bwrap import works as bwrap_works
     sub = tmp_path / "sub"
     sub.mkdir()
-    (sub / "attention.py").write_text((COURSE.root / "autograder/tests/hostile/m1/read_solution/attention.py").read_text())
+    (sub / "attention.py").write_text(hostile("read_solution"))
     out = tmp_path / "r.json"
     assert cli.main(["grade", str(sub), "-m", "m1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
@@ -164,8 +170,7 @@ def test_course_grade_runs_student_code_in_the_sandbox(tmp_path, capsys):
 def test_resource_limits_mode_is_said_once_and_correct_code_keeps_full_marks(tmp_path, capsys):
     sub = tmp_path / "sub"
     sub.mkdir()
-    (sub / "attention.py").write_text(
-        (COURSE.root / "autograder/tests/hostile/m1/stdlib_imports/attention.py").read_text())
+    (sub / "attention.py").write_text(hostile("stdlib_imports"))
     assert cli.main(["grade", str(sub), "-m", "m1", "--sandbox", "rlimits"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("NOT isolated") == 1 and re.search(r"total +20 / 20", printed), printed

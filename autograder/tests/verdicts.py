@@ -35,13 +35,10 @@ def subjects(course, mid: str) -> dict[str, str]:
     """{subject name: the whole submission's text} for one milestone."""
     from conftest import subjects as suite_subjects, text_of
     from derived import subject_files, subject_text
-    m = course.milestone(mid)
     out = {name: text_of(mid, path) for name, path in suite_subjects(mid).items()}
     for kind in ("hostile", "integrity"):
-        base = HERE / kind / mid
-        for path in sorted(base.glob(f"*/{m.files[0]}")) + subject_files(base):
-            name = path.parent.name if path.name == m.files[0] else path.stem
-            out[f"{kind}/{name}"] = subject_text(path, course, mid)
+        for path in subject_files(HERE / kind / mid):
+            out[f"{kind}/{path.stem}"] = subject_text(path, course, mid)
     return out
 
 

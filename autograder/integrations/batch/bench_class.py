@@ -38,7 +38,7 @@ def make_class(dest: Path, n: int, course: config.Course) -> dict[str, str]:
     from autograder.tests.derived import subject_files
     mutants = subject_files(root / "autograder" / "tests" / "mutants" / "m1")
     correct = subject_files(root / "autograder" / "tests" / "correct" / "m1")
-    hostile = sorted((root / "autograder" / "tests" / "hostile" / "m1").glob("*/attention.py"))
+    hostile = subject_files(root / "autograder" / "tests" / "hostile" / "m1")
     pools = [("reference", [ref]), ("correct", correct or [ref]), ("mutant", mutants), ("hostile", hostile),
              ("mutant", mutants), ("stub", [stub])]
     cycles = {kind: itertools.cycle(files) for kind, files in pools if files}
@@ -47,7 +47,7 @@ def make_class(dest: Path, n: int, course: config.Course) -> dict[str, str]:
     for i in range(n):
         kind = next(order)
         src = next(cycles[kind])
-        name = f"s{i:03d}_{kind}_{(src.parent.name if src.name == 'attention.py' and kind == 'hostile' else src.stem)}"
+        name = f"s{i:03d}_{kind}_{src.stem}"
         (dest / name).mkdir(parents=True)
         (dest / name / "attention.py").write_text(_whole_text(src, course))
         kinds[name] = kind
