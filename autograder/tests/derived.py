@@ -143,7 +143,11 @@ def apply_diff(base: str, diff: str, name: str = "subject") -> str:
 
 def body(text: str) -> str:
     """A file without its docstring (the part a .diff changes: editing the docstring never breaks a diff)."""
-    first = chunks(text)[0][:1]
+    try:
+        first = chunks(text)[0][:1]
+    except SyntaxError:                   # a subject that does not parse, on purpose: its docstring by its quotes
+        m = re.match(r'"""[\s\S]*?"""\n', text)
+        return text[m.end():] if m else text
     return text[len(first[0][1]):] if first and first[0][0] == "__doc__" else text
 
 
@@ -195,11 +199,8 @@ def store(path: Path, course, milestone: str, bases: list[str]) -> Path | None:
     """Rewrite the subject `path` as a .diff from whichever of `bases` gives the smallest diff; None (nothing
     written) when no diff is much smaller than the whole file."""
     text = subject_text(path, course, milestone)
-    try:
-        first = chunks(text)[0]
-    except SyntaxError:           # a subject that does not parse (on purpose) stays whole
-        return None
-    if not first or first[0][0] != "__doc__" or not text.endswith("\n"):
+    doc = text[:len(text) - len(body(text))]
+    if not doc or not text.endswith("\n"):
         return None
     best = None
     for base in bases:
@@ -209,7 +210,7 @@ def store(path: Path, course, milestone: str, bases: list[str]) -> Path | None:
             continue
         diff = make_diff(start, body(text), base, path.stem)
         if apply_diff(start, diff, path.name) == body(text) and (best is None or len(diff) < len(best[1])):
-            best = (without_base(first[0][1]), diff)
+            best = (without_base(doc), diff)
     if best is None or len(best[1]) >= len(text):
         return None
     out = path.with_suffix(".diff")

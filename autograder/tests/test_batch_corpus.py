@@ -1,5 +1,5 @@
 """The adversarial corpus: every hostile submission in tests/hostile/m1/ (each stored as what it adds to the
-reference or the stub, see derived.py; syntax_error whole) graded in ONE parallel batch,
+reference or the stub, see derived.py) graded in ONE parallel batch,
 once in the default sandbox (bubblewrap when it works) and once in resource-limits mode on purpose.
 
 SAFETY: each corpus file is harmless even if run unsandboxed as root (the memory bomb stops at 6 GB,
