@@ -103,7 +103,11 @@ class Catalogue:
         said = {mid: m.text for mid, m in MISTAKES.get(self.milestone, {}).items()}
         rows = []
         for row in _tables(self.tables)[name]:
-            switches = {k: tuple(v) if isinstance(v, list) else v for k, v in (row.get("switches") or {}).items()}
+            unknown = set(row) - {"id", "text", "switches", "only"}
+            if unknown or not row.get("switches") or not (row.get("text") or row["id"] in said):
+                raise ValueError(f"{self.tables}: table {name}, row {row.get('id')!r}: a row has an id, switches, a "
+                                 f"text unless its id has one already, and maybe `only` (unknown: {sorted(unknown)})")
+            switches = {k: tuple(v) if isinstance(v, list) else v for k, v in row["switches"].items()}
             text = row.get("text") or said[row["id"]]
             said.setdefault(row["id"], text)
             rows.append(Row(row["id"], text, switches, row.get("only")))

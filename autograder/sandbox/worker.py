@@ -364,11 +364,7 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
         seed_all(req.get("seed", 0))
         was = is_grad()
         set_grad(bool(req.get("grad_args")))
-        # The gradients are taken at leaves the student never sees: the function gets a copy, so changing an
-        # input in place costs points once (in the inputs-unchanged check), not again as a leaf-view error here.
-        leaves = {i: requires_grad_(args[i], True) for i in req.get("grad_args") or []}
-        for i in leaves:
-            args[i] = clone(leaves[i])
+        leaves, args = at_leaves(args, set(req.get("grad_args") or []))
         try:
             result = measured(func, *args, **dict(req.get("kwargs", {})))
         except NotImplementedError as e:
@@ -389,6 +385,13 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
         if req.get("return_args"):
             reply["args_after"] = [plain(a) for a in args]
         return reply
+
+    def at_leaves(args, which):
+        """(leaves, copies) of `args`: the input gradients are taken at the leaves (args[i] for i in `which`), which
+        the student's code never sees; it gets the copies, so changing an input in place costs points once (in
+        the inputs-unchanged check), not again as a leaf-view error. Call it with grad mode on."""
+        leaves = [requires_grad_(clone(a), True) if i in which else a for i, a in enumerate(args)]
+        return leaves, [clone(a) if i in which else a for i, a in enumerate(leaves)]
 
     def backward(outputs, grads):
         """Backpropagate `grads` (one per output tensor, None to skip). Returns (ran, message)."""
@@ -459,15 +462,13 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
         want_grad = req.get("backward") is not None
         for call in req.get("calls", []):
             seed_all(call.get("seed", req.get("seed", 0)))
-            args = leaves = list(call.get("args", []))
-            if want_grad:      # input gradients too (e.g. does the key input get one?), at leaves as in op_call
-                leaves = [requires_grad_(clone(a), True) if issubclass(type(a), Tensor) and a.is_floating_point()
-                          else a for a in args]
+            given = list(call.get("args", []))
             method = getattr(obj, call["method"]) if call.get("method") else obj
             was = is_grad()
-            set_grad(want_grad)
-            if want_grad:
-                args = [clone(a) if a is not b else a for a, b in zip(leaves, args)]
+            set_grad(want_grad)        # before the copies: they must stay connected to the leaves
+            # input gradients too (e.g. does the key input get one?), at leaves as in op_call
+            leaves, args = at_leaves(given, {i for i, a in enumerate(given) if want_grad and issubclass(type(a), Tensor)
+                                             and a.is_floating_point()})
             try:
                 out = measured(method, *args, **call.get("kwargs", {}))
             finally:

@@ -174,3 +174,16 @@ def test_every_catches_id_names_a_group_of_the_milestone(milestone):
     unknown = {f"mutants/{p.name}": sorted(set(catches(p)) - groups)
                for p in subject_files(HERE / "mutants" / milestone) if set(catches(p)) - groups}
     assert not unknown, f"CATCHES names groups that do not exist: {unknown}"
+
+
+def test_a_malformed_row_of_deviations_yaml_is_refused(tmp_path):
+    """A typo there (`swiches:`) would make the mistake the right computation, which proves nothing and is never
+    named: the table is refused when the milestone is imported instead."""
+    from autograder.grading.diagnosis import Catalogue
+    table = tmp_path / "deviations.yaml"
+    table.write_text("t:\n- id: x\n  text: a sentence\n  switches: {a: true}\n")
+    assert [(r.id, r.switches) for r in Catalogue("m_test", table).table("t")] == [("x", {"a": True})]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("t:\n- id: x\n  text: a sentence\n  swiches: {a: true}\n")
+    with pytest.raises(ValueError, match="row 'x'"):
+        Catalogue("m_test", typo).table("t")
