@@ -11,6 +11,7 @@ Three steps, simplest explanation first:
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,25 @@ class Row(NamedTuple):
 @functools.cache
 def _tables(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
+
+
+def _row_problem(row: dict, said: dict, judge: Callable | None, layouts: bool) -> str:
+    """What is wrong with a row of a deviations.yaml table ("" when nothing is)."""
+    keys = {"id", "text", "switches"} | ({"only"} if layouts else set())
+    if set(row) - keys:
+        return f"unknown keys {sorted(set(row) - keys)}; a row of this table has {sorted(keys)}"
+    if not isinstance(row.get("switches"), dict) or not row["switches"]:
+        return "no switches"
+    if not (row.get("text") or said.get(row["id"])):
+        return "no text, and its id has no sentence yet"
+    if row.get("only") not in (None, "pre", "post"):
+        return "`only` is pre or post"
+    try:
+        if judge is not None:
+            inspect.signature(judge).bind_partial(**row["switches"])
+    except TypeError as e:
+        return f"{judge.__name__} takes no such switch ({e})"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -96,17 +116,19 @@ class Catalogue:
     def entry(self, kind: str, mid: str, text: str, home: str = ""):
         return lambda fn: self.mistake(mid, text, kind=kind, reproduce=fn, home=home)
 
-    def table(self, name: str) -> list[Row]:
+    def table(self, name: str, judge: Callable | None = None, layouts: bool = False) -> list[Row]:
         """The rows of table `name` in the milestone's deviations.yaml: mistakes that are the judge's own
         computation with some switches flipped, with the sentence a student reads. A row without `text`
-        takes the sentence its id already has (declared above it, in the table or in the code)."""
-        said = {mid: m.text for mid, m in MISTAKES.get(self.milestone, {}).items()}
+        takes the sentence its id already has (declared above it, in the table or in the code). A row that
+        cannot be what it says is refused: with `judge` given, a switch it does not take (a typo would make
+        the row the right computation, which is never named); `only` (pre or post) unless the caller reads
+        it (`layouts`)."""
+        said = {mid: m.text for mid, m in MISTAKES.get(self.milestone, {}).items() if m.text}
         rows = []
         for row in _tables(self.tables)[name]:
-            unknown = set(row) - {"id", "text", "switches", "only"}
-            if unknown or not row.get("switches") or not (row.get("text") or row["id"] in said):
-                raise ValueError(f"{self.tables}: table {name}, row {row.get('id')!r}: a row has an id, switches, a "
-                                 f"text unless its id has one already, and maybe `only` (unknown: {sorted(unknown)})")
+            problem = _row_problem(row, said, judge, layouts)
+            if problem:
+                raise ValueError(f"{self.tables}: table {name}, row {row.get('id')!r}: {problem}")
             switches = {k: tuple(v) if isinstance(v, list) else v for k, v in row["switches"].items()}
             text = row.get("text") or said[row["id"]]
             said.setdefault(row["id"], text)
@@ -117,7 +139,7 @@ class Catalogue:
         """Register each row of `table` (by default the table named like `kind`) as `judge(*args, **switches)`.
         Returns [(mistake, switches)]."""
         return [(self.mistake(r.id, r.text, kind=kind, reproduce=functools.partial(judge, **r.switches)), r.switches)
-                for r in self.table(table or kind)]
+                for r in self.table(table or kind, judge)]
 
     def mistakes(self) -> dict[str, Mistake]:
         """Every mistake this milestone declares, by id."""

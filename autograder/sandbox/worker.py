@@ -592,5 +592,5 @@ def worker_main(ledger, boot, _os, _sys, _marshal):
     return serve, [worker_main, read_exact, send, decode, encode_tensor, plain, tensors_in, student_frames, error,
                    measured, load, target, compile_trusted, collect_code, functions_of, Patched.__enter__,
                    Patched.__exit__, Patched.__init__, describe_arg, wrap, wrap_reference, own, walk, structure,
-                   op_import, op_call, backward, build, load_tensors, run_calls, dotted, shape_of, load_given,
+                   op_import, op_call, at_leaves, backward, build, load_tensors, run_calls, dotted, shape_of, load_given,
                    gradients, op_module, op_run, serve]

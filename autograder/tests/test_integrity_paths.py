@@ -59,3 +59,19 @@ def test_gradescope_flags_a_mode_probe(tmp_path, mode):
     assert data["extra_data"]["integrity"]["flag"] == "tamper", data["extra_data"]
     assert "_get_current_dispatch_mode" in " ".join(data["extra_data"]["integrity"]["evidence"])
     assert data["score"] <= 12
+
+
+def test_every_helper_of_the_worker_is_registered_as_the_workers_own_code():
+    """guard.start marks as the worker's own code the functions worker_main returns; a helper missing from that
+    list would count as the student's code wherever the guard asks whose frame did something."""
+    import ast
+
+    from autograder.sandbox import worker
+    main = next(n for n in ast.parse(Path(worker.__file__).read_text()).body
+                if isinstance(n, ast.FunctionDef) and n.name == "worker_main")
+    defined = {n.name for n in main.body if isinstance(n, ast.FunctionDef)} | {
+        f"{c.name}.{m.name}" for c in main.body if isinstance(c, ast.ClassDef)
+        for m in c.body if isinstance(m, ast.FunctionDef)}
+    returned = next(n.value for n in main.body if isinstance(n, ast.Return))
+    listed = {ast.unparse(e) for e in returned.elts[1].elts}
+    assert len(defined) > 30 and defined <= listed | {"worker_main"}, sorted(defined - listed)

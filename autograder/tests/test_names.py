@@ -177,13 +177,27 @@ def test_every_catches_id_names_a_group_of_the_milestone(milestone):
 
 
 def test_a_malformed_row_of_deviations_yaml_is_refused(tmp_path):
-    """A typo there (`swiches:`) would make the mistake the right computation, which proves nothing and is never
-    named: the table is refused when the milestone is imported instead."""
+    """A row that cannot be what it says is refused when the milestone is imported: a typo'd key or switch would
+    make the mistake the right computation, which proves nothing and is never named."""
     from autograder.grading.diagnosis import Catalogue
-    table = tmp_path / "deviations.yaml"
-    table.write_text("t:\n- id: x\n  text: a sentence\n  switches: {a: true}\n")
-    assert [(r.id, r.switches) for r in Catalogue("m_test", table).table("t")] == [("x", {"a": True})]
-    typo = tmp_path / "typo.yaml"
-    typo.write_text("t:\n- id: x\n  text: a sentence\n  swiches: {a: true}\n")
-    with pytest.raises(ValueError, match="row 'x'"):
-        Catalogue("m_test", typo).table("t")
+
+    def judge(x, shift=False):
+        return x
+
+    def rows(text, **kw):
+        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text("t:\n" + text)
+        catalogue = Catalogue("m_test", path)
+        catalogue.plain("silent")
+        return [(r.id, r.text, r.switches) for r in catalogue.table("t", **kw)]
+
+    assert rows("- id: x\n  text: a sentence\n  switches: {shift: true}\n", judge=judge) == [
+        ("x", "a sentence", {"shift": True})]
+    for bad, kw, words in [
+            ("- id: x\n  text: a sentence\n  swiches: {shift: true}\n", {}, "unknown keys"),
+            ("- id: x\n  text: a sentence\n  switches: {shfit: true}\n", {"judge": judge}, "no such switch"),
+            ("- id: x\n  text: a sentence\n  switches: {shift: true}\n  only: pre\n", {}, "unknown keys"),
+            ("- id: x\n  text: a sentence\n  switches: {shift: true}\n  only: both\n", {"layouts": True}, "pre or post"),
+            ("- id: silent\n  switches: {shift: true}\n", {}, "no sentence")]:
+        with pytest.raises(ValueError, match=words):
+            rows(bad, **kw)

@@ -60,7 +60,7 @@ def expected_layer(p, d, d_ff, norm_first, activation, x, memory=None, src_mask=
 # ---- the catalogue: the layers written out, with one known mistake at a time ------------------
 
 
-for _id, _text, _dev, _ in CATALOGUE.table("layer_norm"):     # deviations.yaml
+for _id, _text, _dev, _ in CATALOGUE.table("layer_norm", layer_norm_fn):     # deviations.yaml
     CATALOGUE.entry("layer_norm", _id, _text)(
         lambda x, w, b, eps=1e-5, _dev=_dev: layer_norm_fn(x, w, b, eps, **_dev) if _dev.get("dims") == "all" or max(
             map(abs, _dev.get("dims", (-1,)))) <= x.dim() else None)
@@ -92,7 +92,7 @@ def _ln_in_float32(x, w, b, eps=1e-5):
                          eps).to(x.dtype) * w + b
 
 
-for _id, _text, _dev, _ in CATALOGUE.table("feed_forward"):
+for _id, _text, _dev, _ in CATALOGUE.table("feed_forward", feed_forward_fn):
     CATALOGUE.entry("feed_forward", _id, _text)(lambda p, x, activation, _dev=_dev: feed_forward_fn(p, x, activation, **_dev))
 
 
@@ -103,7 +103,7 @@ def _ffn_own_residual(p, x, activation):
     return x + feed_forward_fn(p, x, activation)
 
 
-DECODER_MISTAKES = {row.id: row for row in CATALOGUE.table("decoder")}    # deviations.yaml
+DECODER_ROWS = CATALOGUE.table("decoder", layer_fn)    # deviations.yaml
 
 
 @CATALOGUE.entry("encoder", "activation_not_passed", "the layer builds its feed_forward without `activation`, "
@@ -116,12 +116,12 @@ CATALOGUE.entry("decoder", "activation_not_passed", _encoder_activation_not_pass
     _encoder_activation_not_passed.reproduce)
 
 
-@CATALOGUE.entry("decoder", "cross_kv_from_decoder", DECODER_MISTAKES["cross_kv_from_decoder"].text)
+@CATALOGUE.entry("decoder", "cross_kv_from_decoder", next(r.text for r in DECODER_ROWS if r.id == "cross_kv_from_decoder"))
 def _cross_kv_from_decoder_masked(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None):
     """The same mistake written with the source mask kept, cross_attn(x, x, x, src_mask): a source mask of
     length Ls cannot mask Lt keys, so it raises inside the attention when Ls != Lt (see Catalogue.raising)."""
     if memory is None or src_mask is None:
-        return None               # without a source mask: the entry of DECODER_MISTAKES
+        return None               # without a source mask: the row of the decoder table
     ff = sub_params(p, "feed_forward")
     subs = (lambda h: attention_fn(p, "self_attn", h, h, h, tgt_mask),
             lambda h: attention_fn(p, "cross_attn", h, h, h, src_mask),
@@ -239,7 +239,7 @@ _register_stale_ff()
 
 def _register_layers():
     for kind in ("encoder", "decoder"):
-        rows = CATALOGUE.table("layer") + (list(DECODER_MISTAKES.values()) if kind == "decoder" else [])
+        rows = CATALOGUE.table("layer", layer_fn, layouts=True) + (DECODER_ROWS if kind == "decoder" else [])
         for mid, text, dev, mode in rows:
             def fn(p, norm_first, activation, x, memory=None, src_mask=None, tgt_mask=None, _dev=dev, _mode=mode):
                 if _mode == "pre" and not norm_first or _mode == "post" and norm_first:

@@ -3,7 +3,7 @@ F.cross_entropy), the Noam schedule, evaluate's answer and the judge's own train
 and torch.optim, from the same weights and batches as the student's). Beside them, the CATALOGUE entries that
 recompute the known mistakes of the loss, of make_batch and of evaluate (each the right computation with one
 thing changed, or an unstable way of computing log-probabilities); judge_steps reproduces the known mistakes of
-train_step by its switches (deviations.yaml: train_step)."""
+train_step by its switches (deviations.yaml: train_step; STEP_DEVIATIONS below)."""
 from __future__ import annotations
 
 import math
@@ -321,3 +321,7 @@ def judge_steps(p, batches, steps, optimizer="adam", smoothing=0.0, clip_norm=No
         grads = by_student_name(model, p, lambda t: torch.zeros_like(t) if t.grad is None else t.grad.detach().clone())
         out[-1].update({"grad:" + k: v for k, v in grads.items()})
     return out, losses, plain
+
+
+# train_step's known mistakes: judge_steps with the switches of deviations.yaml (the check replays them).
+STEP_DEVIATIONS = [(CATALOGUE.mistake(r.id, r.text), r.switches) for r in CATALOGUE.table("train_step", judge_steps)]

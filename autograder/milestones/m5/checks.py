@@ -24,12 +24,13 @@ from autograder.grading.checks import (
 from autograder.milestones.reference import D, TorchModel, model_params, pe_table
 from autograder.milestones.m5 import stand_ins as _stand_ins  # noqa: F401  (registers the stand-ins)
 from autograder.milestones.m5.answers import (
-    BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam)
+    BOS, EOS, MAX_LEN, PAD, UNK, V, expected_batch, expected_evaluate, expected_loss, judge_logits, judge_steps, noam,
+    STEP_DEVIATIONS)
 from autograder.milestones.m5.mistakes import (
     CATALOGUE, ALL_PAD_LOSS_ZERO, ADAM_SETTINGS, BASE_LR, BATCH_DTYPE, BATCH_NOT_DICT, DOES_NOT_LEARN, EVALUATE_IN_TRAIN_MODE,
     EVALUATE_MODE_NOT_RESTORED, EVALUATE_NO_TOKENS, EVALUATE_WITH_GRAD, EVAL_MODE_IN_TRAIN, GRAD_DTYPE_CHANGED,
     GRAPH_CUT, INPUT_MODIFIED, LOSS_NOT_SCALAR, LOSS_RETURNED_AS_TENSOR, NOAM_FACTOR_IGNORED, NOAM_OFF_BY_ONE,
-    NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES, STEP_DEVIATIONS,
+    NOAM_STEP_ZERO, OPTIMIZER_FACTOR_IGNORED, OPTIMIZER_KIND, RETURNS_UNSMOOTHED, SCHEDULER_VALUES,
     DECODE_PAST_EOS, DECODE_STOPS_AT_PAD, TOKENIZER_DECODE, TOKENIZER_ENCODE, TOKENIZER_SPECIALS, TOKENIZER_UNKNOWN_CRASH, TOKENIZER_UNSORTED,
     TOKENIZER_VOCAB_SIZE, TRAIN_MODE_BY_FLAG, WRONG_LOSS_RETURNED)
 from autograder.milestones.m5.recipes import (  # noqa: F401  (WORKER_PRELOAD: read here by grade.worker_preload)

@@ -55,9 +55,6 @@ GRAD_DTYPE_CHANGED = CATALOGUE.mistake(
     "e.g. torch.zeros(1, dtype=torch.float64), promotes float32 gradients): keep the parameters' dtype, or clip "
     "with torch.nn.utils.clip_grad_norm_, which does.")
 
-# train_step's known mistakes: the judge's own training step (answers.judge_steps) with the switches of
-# deviations.yaml.
-STEP_DEVIATIONS = [(CATALOGUE.mistake(r.id, r.text), r.switches) for r in CATALOGUE.table("train_step")]
 ALL_PAD_LOSS_ZERO = CATALOGUE.mistake(
     "all_pad_loss_zero",
     "the 0 / 0 of a batch with no non-pad target is turned into 0 (a count clamped to at least 1, or a special "
