@@ -82,6 +82,14 @@ def _ln_variance_by_moments(x, w, b, eps=1e-5):
     return (x - mean) / torch.sqrt(var + eps) * w + b
 
 
+@CATALOGUE.entry("layer_norm", "rms_norm", "this is RMSNorm (LLaMA's, T5's), not LayerNorm: x is divided by the root "
+                 "mean square of its features, sqrt(mean(x ** 2) + eps), without subtracting the mean first. LayerNorm "
+                 "centres each position, then divides by its standard deviation: (x - mean) / sqrt(var + eps), with "
+                 "var = ((x - mean) ** 2).mean(-1, keepdim=True).")
+def _ln_rms_norm(x, w, b, eps=1e-5):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b
+
+
 @CATALOGUE.entry("layer_norm", "normalised_in_float32", "the normalisation runs in float32 (x.float(), cast back "
                  "after): float64 inputs keep only about 7 correct digits. Keep the input's dtype throughout (the "
                  "mixed-precision idiom is for float16 models, not for a LayerNorm that must match float64).")
