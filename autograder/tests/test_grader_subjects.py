@@ -170,3 +170,11 @@ def test_a_file_that_computes_nothing_scores_zero(milestone, grade_text):
     for kind in ("zeros", "input", "random"):
         r = grade_text(milestone, (_FAKE + NOTHING[milestone]).replace("KIND", repr(kind)), name=kind)
         assert r.score == 0, (kind, [(c.name, c.score) for c in r.checks if c.score])
+
+
+def test_split_merge_names_both_functions_when_both_are_wrong(graded):
+    """split_merge judges merge_heads even when split_heads already failed: the report names both mistakes."""
+    from autograder.milestones.m2.mistakes import CATALOGUE
+    check = next(c for c in graded("m2", "mutants/split_and_merge_plain_views").checks if c.name == "split_merge")
+    said = CATALOGUE.mistakes()
+    assert said["split_plain_view"].text in check.message and said["merge_no_transpose"].text in check.message
