@@ -52,11 +52,11 @@ def _row_problem(row: dict, said: dict, judge: Callable | None, layouts: bool) -
         return "no text, and its id has no sentence yet"
     if row.get("only") not in (None, "pre", "post"):
         return "`only` is pre or post"
-    try:
-        if judge is not None:
+    if judge is not None:
+        try:
             inspect.signature(judge).bind_partial(**row["switches"])
-    except TypeError as e:
-        return f"{judge.__name__} takes no such switch ({e})"
+        except TypeError as e:
+            return f"{judge.__name__} takes no such switch ({e})"
     return ""
 
 

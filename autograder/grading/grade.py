@@ -251,7 +251,8 @@ def _helpers(course: config.Course, m: config.Milestone, folder: Path) -> dict[s
 
 @functools.lru_cache(maxsize=None)
 def _api(reference: Path) -> frozenset[str]:
-    """The top-level names the stub declares (read once per milestone, not once per submission)."""
+    """The top-level names the reference declares, the API the stub gives too (read once per milestone, not
+    once per submission)."""
     return frozenset(shared_helpers(reference.read_text(), set()))
 
 

@@ -5,7 +5,8 @@ carrying hundreds of copied lines each, such a file names its base and holds onl
 is `reference` (the milestone's reference, solution markers removed), `stub` (the student folder's file),
 another subject of the same milestone by its name under tests/ (e.g. `correct/m6/blind_student`) or a sample
 of the demo class (`samples/m4/aiko`). The hostile corpus (tests/hostile/m1/) is stored the same way, as
-what each attack adds to the reference or the stub. `python autograder/tests/derived.py show FILE` prints the whole submission. Two forms:
+what each attack adds to the reference or the stub (its only bases: an attack never rests on a mutant).
+`python autograder/tests/derived.py show FILE` prints the whole submission. Two forms:
 
 - `name.diff`: the subject's docstring (Mistake, CATCHES, DIAGNOSIS or ATTACK, EXPECT), then a unified
   diff of the code below it: `--- <base>`, `+++ name`, hunks. Write the subject whole, as a student
@@ -233,10 +234,11 @@ def main(argv: list[str]) -> None:
     for arg in argv[1:]:
         path = Path(arg).resolve()
         milestone = path.parent.name
-        others = [str(q.relative_to(TESTS).with_suffix("")) for kind in ("mutants", "correct", "integrity", "hostile")
+        others = [str(q.relative_to(TESTS).with_suffix("")) for kind in ("mutants", "correct", "integrity")
                   for q in subject_files(TESTS / kind / milestone) if q.stem != path.stem and path not in chain(q)]
         samples = [f"samples/{milestone}/{d.name}" for d in sorted((TESTS.parent / "samples" / milestone).glob("*"))]
-        out = store(path, course, milestone, ["reference", "stub"] + others + samples)
+        hostile = path.parent.parent.name == "hostile"
+        out = store(path, course, milestone, ["reference", "stub"] + ([] if hostile else others + samples))
         print(f"{path.name}: {'stored as ' + out.name if out else 'kept whole (no diff is much smaller)'}")
 
 
